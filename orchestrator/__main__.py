@@ -1,0 +1,77 @@
+"""Command line: `python -m orchestrator {generate,train} ...`.
+
+Only argparse is imported here, so `--help` and usage errors answer at once; each command imports
+Ray, vLLM and torch when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _generate_parser(commands) -> None:
+    p = commands.add_parser(
+        "generate",
+        help="batch generation through the rollout pool (like vLLM's offline batch mode)",
+        description="Generate num_generations completions for every prompt of a file with a pool of vLLM "
+        "engines, and write them as a Parquet rollout table. With no --model, the built-in tiny model "
+        "(and its tokenizer with <search>) is used; with no --prompts, built-in task prompts.",
+    )
+    p.add_argument("--model", help="model folder or hub name (default: the built-in tiny model)")
+    p.add_argument("--tokenizer", help="canonical tokenizer folder shipped to every engine (default: the model's)")
+    p.add_argument("--prompts", help='prompt file: .jsonl or .parquet with a "prompt" column (default: 32 built-in prompts)')
+    p.add_argument("--out", default="out/generate.parquet", help="output Parquet file (default: %(default)s)")
+    p.add_argument("--num-generations", type=int, default=1, help="samples per prompt (default: %(default)s)")
+    p.add_argument("--engines", type=int, default=1, help="number of vLLM engines (default: %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=64, help="completion budget in tokens (default: %(default)s)")
+    p.add_argument("--temperature", type=float, default=1.0, help="(default: %(default)s)")
+    p.add_argument("--top-p", type=float, default=1.0, help="(default: %(default)s)")
+    p.add_argument("--top-k", type=int, default=-1, help="-1 keeps all tokens (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=None, help="group g is sampled with seed+g: results do not depend on the engine")
+    p.add_argument("--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)")
+    p.add_argument("--stop-token-ids", type=int, nargs="+", default=[], metavar="ID", help="stop token ids")
+    p.add_argument(
+        "--include-stop-str-in-output",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep the stop string / stop token at the end of the completion (default: on)",
+    )
+    p.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS (benchmarks only)")
+    p.add_argument(
+        "--skip-special-tokens",
+        action="store_true",
+        help="drop special tokens from completion text (off by default: <search> stays visible and can stop)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m orchestrator",
+        description="Ray-distributed GRPO: a pool of vLLM rollout engines and a TRL learner.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _generate_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from orchestrator.errors import UserError
+
+    try:
+        if args.command == "generate":
+            from orchestrator.commands.generate import run_generate
+
+            return run_generate(args)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    raise AssertionError(f"unhandled command {args.command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

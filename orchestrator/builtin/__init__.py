@@ -1,0 +1,1 @@
+"""Built-in defaults that need no download: the tiny model and the search-call task."""

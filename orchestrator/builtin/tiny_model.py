@@ -1,0 +1,166 @@
+"""The embedded default model: a tiny Llama and its BPE tokenizer, built here from a seeded corpus.
+
+Nothing can be downloaded, so tests and the default run build their own model. The build trains
+a byte-level BPE tokenizer and a ~0.3M-parameter Llama on the built-in search task's corpus, so
+the model really emits `<search>` and `</search>` and stops at EOS. The result is cached under a
+key of every build setting and rebuilt bit for bit from the same settings.
+
+It produces the seed trap on purpose:
+  model/      config + weights + the *base* tokenizer (no `<search>`), as a model hub would ship it
+  tokenizer/  the learner's tokenizer: the base one plus `<search>`/`</search>` as special tokens
+Neither tokenizer has a pad token (GPT-2 style).
+
+    python -m orchestrator.builtin.tiny_model          # build (or find) it and print its paths
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from orchestrator.builtin import search_task
+
+EOS_TOKEN = "<|endoftext|>"
+RECIPE_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyModelSpec:
+    vocab_size: int = 512
+    hidden_size: int = 64
+    intermediate_size: int = 192
+    num_layers: int = 2
+    num_heads: int = 2
+    corpus_examples: int = 4000
+    train_steps: int = 300
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    seed: int = 1234
+
+    def key(self) -> str:
+        task = (search_task.TOPICS, search_task.PROMPT_TEMPLATES, search_task.CORPUS_MIX, search_task.ADDED_TOKENS)
+        payload = json.dumps({"recipe": RECIPE_VERSION, "task": task, **dataclasses.asdict(self)}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyModel:
+    model_dir: Path  # weights + base tokenizer
+    tokenizer_dir: Path  # learner tokenizer with the added special tokens
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ORCHESTRATOR_CACHE", Path.home() / ".cache" / "orchestrator"))
+
+
+def tiny_model(spec: TinyModelSpec = TinyModelSpec()) -> TinyModel:
+    """Return the cached tiny model for `spec`, building it first if needed."""
+    root = cache_root() / f"tiny-llama-{spec.key()}"
+    result = TinyModel(model_dir=root / "model", tokenizer_dir=root / "tokenizer")
+    if (root / "DONE").exists():
+        return result
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=root.name + ".", dir=root.parent))
+    try:
+        _build(spec, staging / "model", staging / "tokenizer")
+        (staging / "DONE").write_text(spec.key() + "\n")
+        try:
+            staging.rename(root)
+        except OSError:  # another process finished the same build first
+            if not (root / "DONE").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
+def _texts(spec: TinyModelSpec) -> list[str]:
+    return [prompt + completion for prompt, completion in search_task.corpus(spec.corpus_examples, spec.seed)]
+
+
+def _build_tokenizers(spec: TinyModelSpec, texts: list[str]):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AddedToken, PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size,
+        special_tokens=[EOS_TOKEN],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(texts, trainer)
+    base = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN)
+    learner = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN)
+    learner.add_tokens([AddedToken(t, special=True, normalized=False) for t in search_task.ADDED_TOKENS], special_tokens=True)
+    return base, learner
+
+
+def _build(spec: TinyModelSpec, model_dir: Path, tokenizer_dir: Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    texts = _texts(spec)
+    base, learner = _build_tokenizers(spec, texts)
+    eos_id = learner.convert_tokens_to_ids(EOS_TOKEN)
+
+    config = LlamaConfig(
+        vocab_size=len(learner),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_heads,
+        max_position_embeddings=256,
+        bos_token_id=eos_id,
+        eos_token_id=eos_id,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # bit-for-bit reproducible builds, whatever the machine
+    try:
+        torch.manual_seed(spec.seed)
+        model = LlamaForCausalLM(config)
+        sequences = [learner(text)["input_ids"] + [eos_id] for text in texts]
+        _pretrain(model, sequences, spec, pad_id=eos_id)
+    finally:
+        torch.set_num_threads(threads)
+    model.generation_config.pad_token_id = None
+    model.save_pretrained(model_dir, safe_serialization=True)
+    base.save_pretrained(model_dir)
+    learner.save_pretrained(tokenizer_dir)
+
+
+def _pretrain(model, sequences: list[list[int]], spec: TinyModelSpec, pad_id: int) -> None:
+    import torch
+
+    generator = torch.Generator().manual_seed(spec.seed)
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+    labels = ids.masked_fill(mask == 0, -100)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate)
+    model.train()
+    for _ in range(spec.train_steps):
+        batch = torch.randint(len(sequences), (spec.batch_size,), generator=generator)
+        loss = model(input_ids=ids[batch], attention_mask=mask[batch], labels=labels[batch]).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+
+
+if __name__ == "__main__":
+    built = tiny_model()
+    print(f"model:     {built.model_dir}\ntokenizer: {built.tokenizer_dir}")

@@ -1,0 +1,96 @@
+"""`python -m orchestrator generate`: prompts in, a Parquet rollout table out.
+
+Everything that can be checked is checked before Ray starts: the prompt file, the model and
+tokenizer paths, the stop token ids. The table is written atomically at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from orchestrator.config.rollout import RolloutConfig
+from orchestrator.config.sampling import SamplingConfig
+from orchestrator.errors import UserError
+
+BUILTIN_PROMPTS = 32
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from orchestrator.config.base import explain
+
+    try:
+        sampling = SamplingConfig(
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            seed=args.seed,
+            stop=args.stop,
+            stop_token_ids=args.stop_token_ids,
+            include_stop_str_in_output=args.include_stop_str_in_output,
+            ignore_eos=args.ignore_eos,
+            skip_special_tokens=args.skip_special_tokens,
+        )
+        rollout = RolloutConfig(engines=args.engines)
+    except ValidationError as error:
+        raise explain(error, SamplingConfig) from None
+    if args.num_generations < 1:
+        raise UserError(f"--num-generations must be at least 1, got {args.num_generations}")
+    out = Path(args.out)
+    if out.suffix != ".parquet":
+        raise UserError(f"--out {out}: expected a .parquet file")
+    prompts = _prompts(args.prompts)
+
+    from orchestrator.models import check_token_ids, load_tokenizer, resolve_model
+    from orchestrator.rollout.groups import make_groups
+    from orchestrator.rollout.pool import RolloutPool
+    from orchestrator.rollout.table import rollout_table, write_parquet
+
+    model, tokenizer_name = resolve_model(args.model, args.tokenizer)
+    tokenizer = load_tokenizer(tokenizer_name)
+    check_token_ids(sampling.stop_token_ids, tokenizer, "--stop-token-ids")
+    prompt_ids = [tokenizer(prompt)["input_ids"] for prompt in prompts]
+    requests = make_groups(prompts, prompt_ids, args.num_generations, sampling)
+
+    with RolloutPool(model, tokenizer, rollout, seed=args.seed or 0) as pool:
+        results, seconds = _generate_with_progress(pool, requests)
+    table = rollout_table(requests, results)
+    write_parquet(table, out)
+    tokens = sum(len(ids) for ids in table.column("completion_ids").to_pylist())
+    print(
+        f"generated {table.num_rows} samples ({len(requests)} prompts x {args.num_generations}) on {rollout.engines} "
+        f"engine(s): {tokens} completion tokens in {seconds:.1f}s = {tokens / seconds:.0f} tokens/s -> {out}"
+    )
+    return 0
+
+
+def _prompts(path: str | None) -> list[str]:
+    if path is None:
+        from orchestrator.builtin import search_task
+
+        return search_task.prompts(BUILTIN_PROMPTS, seed=0)
+    from orchestrator.data.prompts import read_prompts
+
+    return read_prompts(path)
+
+
+def _generate_with_progress(pool, requests):
+    from tqdm import tqdm
+
+    total = sum(request.num_generations for request in requests)
+    tokens = 0
+    start = time.perf_counter()
+    with tqdm(total=total, unit="sample", desc="generate", dynamic_ncols=True) as bar:
+
+        def on_result(result) -> None:
+            nonlocal tokens
+            tokens += sum(len(sample.completion_ids) for sample in result.samples)
+            bar.update(len(result.samples))
+            bar.set_postfix_str(f"{tokens / (time.perf_counter() - start):.0f} tok/s")
+
+        results = pool.generate(requests, on_result=on_result)
+    return results, time.perf_counter() - start

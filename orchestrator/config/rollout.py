@@ -1,0 +1,28 @@
+"""The rollout pool: how many vLLM engines, and how each one is built."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from orchestrator.config.base import StrictModel
+
+
+class RolloutConfig(StrictModel):
+    engines: int = Field(1, ge=1, description="Number of vLLM engines (one Ray actor each).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Engine weight dtype; 'auto' is float32 on CPU (exact logprobs) and the model's on GPU."
+    )
+    max_model_len: int | None = Field(None, ge=16, description="Prompt + completion limit; default from the model.")
+    kv_cache_memory_bytes: int | None = Field(
+        None, ge=1 << 20, description="KV cache size per engine. On CPU default 256 MiB; on GPU vLLM's own sizing."
+    )
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="GPU only: vLLM memory share.")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine.")
+    max_inflight_samples: int = Field(
+        256, ge=1, description="Samples queued on one engine at a time; more groups wait on the driver."
+    )
+    num_cpus_per_engine: float = Field(1.0, ge=0.0, description="Ray CPUs reserved for each engine actor.")
+    startup_timeout_s: float = Field(600.0, gt=0.0, description="Deadline for an engine to start and report.")
+    request_timeout_s: float = Field(1800.0, gt=0.0, description="Deadline for one group's generation.")

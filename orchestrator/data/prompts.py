@@ -1,0 +1,64 @@
+"""Read prompts from a `.jsonl` or `.parquet` file with a "prompt" column.
+
+Every problem is reported before any engine starts, with the file and line (or row) to fix.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orchestrator.errors import UserError
+
+
+class PromptFileError(UserError):
+    """A prompt file that cannot be used as is; the message names the file and line."""
+
+
+def read_prompts(path: str | Path, column: str = "prompt") -> list[str]:
+    path = Path(path)
+    if not path.is_file():
+        raise PromptFileError(f"prompts file {path} does not exist (expected a .jsonl or .parquet file)")
+    if path.suffix == ".jsonl":
+        return _read_jsonl(path, column)
+    if path.suffix == ".parquet":
+        return _read_parquet(path, column)
+    raise PromptFileError(f"prompts file {path}: unsupported suffix {path.suffix!r} (expected .jsonl or .parquet)")
+
+
+def _read_jsonl(path: Path, column: str) -> list[str]:
+    prompts = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise PromptFileError(f"{path}:{number}: invalid JSON ({error.msg})") from None
+            if not isinstance(record, dict) or column not in record:
+                raise PromptFileError(f"{path}:{number}: expected an object with a {column!r} field")
+            prompts.append(_check(record[column], f"{path}:{number}"))
+    if not prompts:
+        raise PromptFileError(f"{path}: no prompts found")
+    return prompts
+
+
+def _read_parquet(path: Path, column: str) -> list[str]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    if column not in table.column_names:
+        raise PromptFileError(f"{path}: no {column!r} column (columns: {table.column_names})")
+    prompts = [_check(value, f"{path} row {row}") for row, value in enumerate(table.column(column).to_pylist())]
+    if not prompts:
+        raise PromptFileError(f"{path}: no prompts found")
+    return prompts
+
+
+def _check(value, where: str) -> str:
+    if not isinstance(value, str):
+        raise PromptFileError(f"{where}: prompt must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise PromptFileError(f"{where}: empty prompt")
+    return value

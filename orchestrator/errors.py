@@ -1,0 +1,5 @@
+"""Errors meant for the user: the CLI prints their message (no traceback) and exits with 2."""
+
+
+class UserError(Exception):
+    """Something the user can fix; the message names what to fix and what was expected."""

@@ -1,0 +1,89 @@
+"""Prompts become groups; groups come back as samples; assembly checks every group's shape.
+
+Identity is never the prompt text. A group's id is its prompt's position in the stream, so two
+identical prompts are two groups, each with its own `num_generations` samples, and a sample is
+named by `(group_id, sample_index)` alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from orchestrator.config.sampling import SamplingConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupRequest:
+    group_id: int
+    prompt_index: int  # position in the input file (equal to group_id unless the stream is offset)
+    prompt: str
+    prompt_ids: list[int]
+    num_generations: int
+    sampling: SamplingConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    sample_index: int
+    completion: str
+    completion_ids: list[int]
+    logprobs: list[float]  # of each sampled token, under the distribution actually sampled
+    finish_reason: str  # "stop" (EOS or a configured stop) or "length"
+    stop_reason: str | None  # the stop string, or the stop token id as text; None for EOS/length
+    stop_token_id: int | None  # the stop token id when one ended the sample
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupResult:
+    group_id: int
+    engine_id: int
+    policy_version: int
+    samples: list[Sample]
+
+
+class GroupShapeError(RuntimeError):
+    """A group came back with missing, extra or misnumbered samples."""
+
+
+def make_groups(
+    prompts: list[str], prompt_ids: list[list[int]], num_generations: int, sampling: SamplingConfig, first_group_id: int = 0
+) -> list[GroupRequest]:
+    """One group per prompt, in order; duplicates stay separate groups."""
+    if len(prompts) != len(prompt_ids):
+        raise ValueError(f"{len(prompts)} prompts but {len(prompt_ids)} tokenized prompts")
+    return [
+        GroupRequest(
+            group_id=first_group_id + index,
+            prompt_index=index,
+            prompt=text,
+            prompt_ids=list(ids),
+            num_generations=num_generations,
+            sampling=sampling,
+        )
+        for index, (text, ids) in enumerate(zip(prompts, prompt_ids))
+    ]
+
+
+def assemble(requests: list[GroupRequest], results: list[GroupResult]) -> list[tuple[GroupRequest, GroupResult]]:
+    """Pair each request with its result in request order, checking every group's shape."""
+    by_id: dict[int, GroupResult] = {}
+    for result in results:
+        if result.group_id in by_id:
+            raise GroupShapeError(f"group {result.group_id} came back twice")
+        by_id[result.group_id] = result
+    wanted = {request.group_id for request in requests}
+    extra = sorted(set(by_id) - wanted)
+    if extra:
+        raise GroupShapeError(f"results for groups that were never requested: {extra[:10]}")
+    pairs = []
+    for request in requests:
+        result = by_id.get(request.group_id)
+        if result is None:
+            raise GroupShapeError(f"group {request.group_id} (prompt {request.prompt_index}) has no result")
+        indices = [sample.sample_index for sample in result.samples]
+        if indices != list(range(request.num_generations)):
+            raise GroupShapeError(
+                f"group {request.group_id} has sample indices {indices}, expected 0..{request.num_generations - 1}"
+            )
+        pairs.append((request, result))
+    return pairs

@@ -1,0 +1,35 @@
+import pytest
+
+from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
+
+
+def test_spreads_groups_across_idle_engines():
+    dispatcher = LeastLoadedDispatcher([0, 1, 2], capacity=100)
+    picks = []
+    for _ in range(6):
+        engine = dispatcher.pick(4)
+        dispatcher.started(engine, 4)
+        picks.append(engine)
+    assert sorted(picks) == [0, 0, 1, 1, 2, 2]
+
+
+def test_prefers_the_least_loaded_engine_and_respects_capacity():
+    dispatcher = LeastLoadedDispatcher([0, 1], capacity=8)
+    dispatcher.started(0, 8)
+    dispatcher.started(1, 4)
+    assert dispatcher.pick(4) == 1
+    dispatcher.started(1, 4)
+    assert dispatcher.pick(4) is None  # both full: the group waits on the driver
+    dispatcher.finished(0, 8)
+    assert dispatcher.pick(4) == 0
+
+
+def test_an_idle_engine_takes_a_group_larger_than_capacity():
+    dispatcher = LeastLoadedDispatcher([0], capacity=2)
+    assert dispatcher.pick(16) == 0
+
+
+def test_finishing_more_than_started_is_an_error():
+    dispatcher = LeastLoadedDispatcher([0], capacity=2)
+    with pytest.raises(RuntimeError):
+        dispatcher.finished(0, 1)

@@ -1,0 +1,50 @@
+import pytest
+
+from orchestrator.config.sampling import SamplingConfig
+from orchestrator.rollout.groups import GroupResult, GroupShapeError, Sample, assemble, make_groups
+from orchestrator.rollout.table import rollout_table
+
+PATTERN = ["p0", "p0", "p1", "p0", "p2", "p2", "p3", "p0", "p1", "p4", "p4", "p4"]
+
+
+def _sample(index: int) -> Sample:
+    return Sample(index, f"c{index}", [index], [-0.5], "stop", None, None)
+
+
+def _results(requests, engine_of=lambda group_id: group_id % 2):
+    return [
+        GroupResult(r.group_id, engine_of(r.group_id), 0, [_sample(i) for i in range(r.num_generations)])
+        for r in requests
+    ]
+
+
+def _requests(n=3):
+    return make_groups(PATTERN, [[ord(p[1])] for p in PATTERN], n, SamplingConfig())
+
+
+def test_duplicate_prompts_are_separate_groups_in_input_order():
+    requests = _requests()
+    assert [r.group_id for r in requests] == list(range(12))
+    assert [r.prompt for r in requests] == PATTERN
+    table = rollout_table(requests, list(reversed(_results(requests))))
+    assert table.num_rows == 36
+    rows = table.to_pylist()
+    assert [(row["group_id"], row["sample_index"]) for row in rows] == [(g, s) for g in range(12) for s in range(3)]
+    assert [row["prompt"] for row in rows[::3]] == PATTERN
+
+
+def test_missing_sample_is_a_shape_error():
+    requests = _requests()
+    results = _results(requests)
+    results[5] = GroupResult(5, 1, 0, [_sample(0), _sample(1)])
+    with pytest.raises(GroupShapeError, match=r"group 5 has sample indices \[0, 1\], expected 0..2"):
+        assemble(requests, results)
+
+
+def test_missing_and_duplicated_groups_are_shape_errors():
+    requests = _requests()
+    results = _results(requests)
+    with pytest.raises(GroupShapeError, match="group 11 .* has no result"):
+        assemble(requests, results[:-1])
+    with pytest.raises(GroupShapeError, match="group 3 came back twice"):
+        assemble(requests, results + [results[3]])

@@ -1,0 +1,64 @@
+"""`RolloutWorker`: the Ray actor that owns one `RolloutEngine`. A thin shell; logic lives in engine.py.
+
+It receives the canonical tokenizer as bytes (no shared filesystem assumed), writes it to a
+private folder, builds the engine on it, and reports the fingerprint of what vLLM loaded.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from orchestrator.config.rollout import RolloutConfig
+from orchestrator.rollout.groups import GroupRequest, GroupResult
+from orchestrator.tokenizer.bundle import TokenizerBundle
+from orchestrator.tokenizer.fingerprint import TokenizerFingerprint
+
+
+class RolloutWorker:
+    """Created through `ray.remote(RolloutWorker)`; every method is called remotely."""
+
+    def __init__(self, engine_id: int, model: str, tokenizer: TokenizerBundle, config: RolloutConfig, device: str, seed: int):
+        self.engine_id = engine_id
+        self._folder = Path(tempfile.mkdtemp(prefix=f"rollout-{engine_id}-tokenizer-"))
+        tokenizer.write_to(self._folder)
+        model_config = Path(model) / "config.json"
+        if model_config.is_file() and not (self._folder / "config.json").exists():
+            # vLLM logs a loud (harmless) error for a tokenizer folder without a model config.
+            shutil.copyfile(model_config, self._folder / "config.json")
+        self._args = (engine_id, model, self._folder, config, device, seed)
+        self._engine = None
+
+    async def start(self) -> TokenizerFingerprint:
+        """Build the engine (tens of seconds) and return the fingerprint of its tokenizer."""
+        from workers.rollout.engine import RolloutEngine
+
+        self._engine = RolloutEngine(*self._args)
+        await self._engine.warm_up()
+        return self._engine.tokenizer_fingerprint()
+
+    async def generate(self, request: GroupRequest) -> GroupResult:
+        return await self._engine.generate(request)
+
+    async def load_weights(self, bucket_refs: list, version: int) -> tuple[int, str]:
+        """Fetch the learner's weight buckets from the object store and load them; returns
+        (policy version, checksum received) for the provenance check."""
+        import asyncio
+
+        buckets = await asyncio.gather(*bucket_refs)
+        return await self._engine.load_weights([bucket.to_wire() for bucket in buckets], version)
+
+    def policy_version(self) -> int:
+        return self._engine.policy_version
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    def shutdown(self) -> None:
+        if self._engine is not None:
+            self._engine.shutdown()
+            self._engine = None
+        shutil.rmtree(self._folder, ignore_errors=True)

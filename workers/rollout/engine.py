@@ -1,0 +1,110 @@
+"""One vLLM engine that generates groups: where every sample is born.
+
+A plain class (no Ray in it) around vLLM's `AsyncLLM`: continuous batching across all groups in
+flight, and pause/resume for weight updates. It is built with the canonical tokenizer from a
+folder the caller wrote, and it reports the fingerprint of the tokenizer vLLM really loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+from typing import Literal
+
+from orchestrator.config.rollout import RolloutConfig
+from orchestrator.rollout.groups import GroupRequest, GroupResult
+from orchestrator.tokenizer.fingerprint import TokenizerFingerprint, fingerprint
+from workers.rollout.sampling import to_samples, vllm_params
+
+Device = Literal["cpu", "cuda"]
+CPU_KV_CACHE_BYTES = 256 << 20
+
+
+def engine_args(model: str, tokenizer_dir: Path, config: RolloutConfig, device: Device, seed: int):
+    """The vLLM engine arguments for one rollout engine on `device`."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    on_cpu = device == "cpu"
+    dtype = "float32" if (on_cpu and config.dtype == "auto") else config.dtype
+    kv_bytes = config.kv_cache_memory_bytes or (CPU_KV_CACHE_BYTES if on_cpu else None)
+    return AsyncEngineArgs(
+        model=model,
+        tokenizer=str(tokenizer_dir),
+        dtype=dtype,
+        seed=seed,
+        max_model_len=config.max_model_len,
+        kv_cache_memory_bytes=kv_bytes,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        tensor_parallel_size=config.tensor_parallel_size,
+        logprobs_mode="processed_logprobs",  # logprobs of the distribution actually sampled
+        enforce_eager=on_cpu,  # graph capture / compile costs minutes on small CPUs and buys little
+        disable_log_stats=True,
+        worker_extension_cls="workers.rollout.weight_extension.WeightReceiver",
+    )
+
+
+class RolloutEngine:
+    def __init__(self, engine_id: int, model: str, tokenizer_dir: Path, config: RolloutConfig, device: Device, seed: int = 0):
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self.engine_id = engine_id
+        self.config = config
+        self.policy_version = 0
+        self._request_ids = itertools.count()
+        self._llm = AsyncLLM.from_engine_args(engine_args(model, tokenizer_dir, config, device, seed))
+        tokenizer = self._llm.get_tokenizer()
+        self._eos_id = tokenizer.eos_token_id
+        self._eos_text = tokenizer.eos_token
+
+    async def warm_up(self) -> None:
+        """One short request, so the first real group does not pay for kernel set-up."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=2, ignore_eos=True)
+        async for _ in self._llm.generate({"prompt_token_ids": [self._eos_id or 0]}, params, f"e{self.engine_id}-warm-up"):
+            pass
+
+    def tokenizer_fingerprint(self) -> TokenizerFingerprint:
+        return fingerprint(self._llm.get_tokenizer())
+
+    async def generate(self, request: GroupRequest) -> GroupResult:
+        """All `num_generations` samples of one group, stamped with the policy that made them."""
+        version = self.policy_version
+        params = vllm_params(request.sampling, request.num_generations, request.group_id)
+        request_id = f"e{self.engine_id}-g{request.group_id}-{next(self._request_ids)}"
+        try:
+            final = await asyncio.wait_for(self._last_output(request, params, request_id), self.config.request_timeout_s)
+        except TimeoutError:
+            await self._llm.abort(request_id)
+            raise TimeoutError(
+                f"engine {self.engine_id}: group {request.group_id} did not finish within "
+                f"rollout.request_timeout_s={self.config.request_timeout_s}s"
+            ) from None
+        return GroupResult(
+            group_id=request.group_id,
+            engine_id=self.engine_id,
+            policy_version=version,
+            samples=to_samples(final.outputs, self._eos_id, self._eos_text),
+        )
+
+    async def _last_output(self, request: GroupRequest, params, request_id: str):
+        final = None
+        async for output in self._llm.generate({"prompt_token_ids": request.prompt_ids}, params, request_id):
+            final = output
+        return final
+
+    async def load_weights(self, wire_buckets: list[dict], version: int) -> tuple[int, str]:
+        """Pause, load the weights in place, resume; requests in flight are kept, not dropped."""
+        await self._llm.pause_generation(mode="keep", clear_cache=True)
+        try:
+            checksums = await self._llm.collective_rpc("load_weight_buckets", args=(wire_buckets,))
+        finally:
+            await self._llm.resume_generation()
+        if len(set(checksums)) != 1:
+            raise RuntimeError(f"engine {self.engine_id}: workers loaded different weights: {checksums}")
+        self.policy_version = version
+        return version, checksums[0]
+
+    def shutdown(self) -> None:
+        self._llm.shutdown()

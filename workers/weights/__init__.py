@@ -1,0 +1,1 @@
+"""Moving the learner's weights into every rollout engine: packed buckets and their transports."""
