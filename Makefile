@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-$(DEVICE)
 PYTEST_ARGS ?= -m "not slow and not gpu"
 export PIP_EXTRA_INDEX_URL
 
-.PHONY: install train generate test clean
+.PHONY: install train generate test docs clean
 
 install: $(STAMP)
 
@@ -36,6 +36,15 @@ generate: install
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS) $(ARGS)
+
+# Regenerates every figure of the default run shown in README.md (plots and table).
+docs: install
+	rm -rf runs/docs-default
+	$(PY) -m orchestrator train output_dir=runs/docs-default
+	mkdir -p docs
+	cp runs/docs-default/plots/reward.png docs/default-reward.png
+	cp runs/docs-default/plots/timings.png docs/default-timings.png
+	$(PY) -m orchestrator report runs/docs-default > docs/default-run.md
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache

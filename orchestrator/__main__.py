@@ -45,6 +45,23 @@ def _generate_parser(commands) -> None:
     )
 
 
+def _train_parser(commands) -> None:
+    p = commands.add_parser(
+        "train",
+        help="a GRPO run: rollout pool + learner + weight sync",
+        description="Run GRPO. With no --config, the embedded default: the built-in tiny model learns to make "
+        "one well-formed <search> call and stop. Overrides are key=value or --key value (values parsed "
+        "as YAML, dotted keys for sections), e.g. max_steps=5 rollout.engines=2 --learning_rate 1e-3.",
+    )
+    p.add_argument("--config", help="YAML run config (default: the embedded default)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides; --key value works too")
+
+
+def _report_parser(commands) -> None:
+    p = commands.add_parser("report", help="a run's figures as Markdown", description="Summarise a train run's metrics.jsonl.")
+    p.add_argument("run_dir", help="the output_dir of a train run")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m orchestrator",
@@ -52,11 +69,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _generate_parser(commands)
+    _train_parser(commands)
+    _report_parser(commands)
     return parser
 
 
+def _train_overrides(tokens: list[str]) -> list[str]:
+    """Everything after `train` except --config, in the order given."""
+    overrides, skip = [], False
+    for index, token in enumerate(tokens):
+        if skip:
+            skip = False
+        elif token == "--config":
+            skip = True
+        elif not token.startswith("--config="):
+            overrides.append(token)
+    return overrides
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "train":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "train":
+        args.overrides = _train_overrides(argv[1:])
     from orchestrator.errors import UserError
 
     try:
@@ -64,6 +102,14 @@ def main(argv: list[str] | None = None) -> int:
             from orchestrator.commands.generate import run_generate
 
             return run_generate(args)
+        if args.command == "train":
+            from orchestrator.commands.train import run_train
+
+            return run_train(args)
+        if args.command == "report":
+            from orchestrator.commands.report import run_report
+
+            return run_report(args)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

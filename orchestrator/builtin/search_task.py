@@ -84,6 +84,11 @@ def corpus(num_examples: int, seed: int) -> list[tuple[str, str]]:
     return pairs
 
 
+def all_prompts() -> list[str]:
+    """Every topic with every template: the built-in training set."""
+    return [prompt_for(topic, t) for t in range(len(PROMPT_TEMPLATES)) for topic in TOPICS]
+
+
 def prompts(num_prompts: int, seed: int) -> list[str]:
     """A seeded prompt stream for training and generation on the built-in task."""
     rng = random.Random(seed)

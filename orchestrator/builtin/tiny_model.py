@@ -1,7 +1,7 @@
 """The embedded default model: a tiny Llama and its BPE tokenizer, built here from a seeded corpus.
 
 Nothing can be downloaded, so tests and the default run build their own model. The build trains
-a byte-level BPE tokenizer and a ~0.3M-parameter Llama on the built-in search task's corpus, so
+a byte-level BPE tokenizer and a ~0.16M-parameter Llama on the built-in search task's corpus, so
 the model really emits `<search>` and `</search>` and stops at EOS. The result is cached under a
 key of every build setting and rebuilt bit for bit from the same settings.
 

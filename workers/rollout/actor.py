@@ -49,6 +49,12 @@ class RolloutWorker:
         buckets = await asyncio.gather(*bucket_refs)
         return await self._engine.load_weights([bucket.to_wire() for bucket in buckets], version)
 
+    async def init_nccl(self, init_info: dict) -> None:
+        await self._engine.init_nccl(init_info)
+
+    async def receive_nccl(self, metadata: dict, version: int) -> tuple[int, str]:
+        return await self._engine.receive_nccl(metadata, version)
+
     def policy_version(self) -> int:
         return self._engine.policy_version
 

@@ -41,6 +41,7 @@ def engine_args(model: str, tokenizer_dir: Path, config: RolloutConfig, device: 
         enforce_eager=on_cpu,  # graph capture / compile costs minutes on small CPUs and buys little
         disable_log_stats=True,
         worker_extension_cls="workers.rollout.weight_extension.WeightReceiver",
+        weight_transfer_config=None if on_cpu else {"backend": "nccl"},
     )
 
 
@@ -105,6 +106,28 @@ class RolloutEngine:
             raise RuntimeError(f"engine {self.engine_id}: workers loaded different weights: {checksums}")
         self.policy_version = version
         return version, checksums[0]
+
+    async def init_nccl(self, init_info: dict) -> None:
+        """GPU path: join the learner's NCCL weight-transfer group (blocks until all ranks join)."""
+        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+
+        await self._llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
+
+    async def receive_nccl(self, metadata: dict, version: int) -> tuple[int, str]:
+        """GPU path: the same pause -> load -> resume as `load_weights`, bytes over NCCL."""
+        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
+
+        from workers.weights.nccl import UNVERIFIED
+
+        await self._llm.pause_generation(mode="keep", clear_cache=True)
+        try:
+            await self._llm.start_weight_update()
+            await self._llm.update_weights(WeightTransferUpdateRequest(update_info=metadata))
+            await self._llm.finish_weight_update(weight_version=str(version))
+        finally:
+            await self._llm.resume_generation()
+        self.policy_version = version
+        return version, UNVERIFIED
 
     def shutdown(self) -> None:
         self._llm.shutdown()

@@ -1,0 +1,53 @@
+"""`python -m orchestrator report RUN_DIR`: a run's figures as a Markdown table (for READMEs and notes).
+
+Every figure comes from the run's metrics.jsonl, so a table in the docs is regenerated, never typed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+from pathlib import Path
+
+import numpy as np
+
+from orchestrator.errors import UserError
+
+PHASES = ("time/generate", "time/reward", "time/train", "time/sync", "time/step")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from orchestrator.training.metrics import read_metrics
+
+    path = Path(args.run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise UserError(f"{path} does not exist (expected the output_dir of a train run)")
+    print(report(read_metrics(path)))
+    return 0
+
+
+def report(metrics: list[dict]) -> str:
+    steady = metrics[1:] or metrics  # step 1 pays for first-request set-up
+    window = max(1, len(metrics) // 5)
+    first, last = metrics[:window], metrics[-window:]
+    lines = [
+        f"| steps | reward, first {window} steps | reward, last {window} steps | samples/step | steady samples/s |",
+        "|---|---|---|---|---|",
+        f"| {len(metrics)} | {np.mean([m['reward_mean'] for m in first]):.3f} | "
+        f"{np.mean([m['reward_mean'] for m in last]):.3f} | {metrics[-1]['samples']} | "
+        f"{np.mean([m['samples_per_s'] for m in steady]):.1f} |",
+        "",
+        "| phase (steady state, mean s/step) | " + " | ".join(p.removeprefix("time/") for p in PHASES) + " |",
+        "|---|" + "---|" * len(PHASES),
+        "| | " + " | ".join(f"{np.mean([m[p] for m in steady]):.3f}" for p in PHASES) + " |",
+        "",
+        f"max `rollout/logprob_abs_diff` over all steps: {max(m['rollout/logprob_abs_diff'] for m in metrics):.1e}; "
+        f"machine: {platform.machine()}, {_cores()} cores, Python {platform.python_version()}",
+    ]
+    return "\n".join(lines)
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0

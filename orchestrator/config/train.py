@@ -1,0 +1,104 @@
+"""The run config of `train`: TRL GRPOConfig names where one exists, plus the pool and the data.
+
+With no `--config`, `train` uses the embedded default (`orchestrator/builtin/default_train.yaml`):
+the built-in tiny model on the built-in search-call task. Field defaults follow TRL's.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from orchestrator.config.base import StrictModel
+from orchestrator.config.rollout import RolloutConfig
+from orchestrator.config.sampling import SamplingConfig
+
+
+class WeightSyncConfig(StrictModel):
+    timeout_s: float = Field(120.0, gt=0.0, description="Deadline for one sync to reach every engine.")
+    bucket_mb: int = Field(256, ge=1, description="Weights travel packed in buckets of about this size.")
+
+
+class LearnerConfig(StrictModel):
+    num_cpus: float = Field(1.0, ge=0.0, description="Ray CPUs reserved for the learner actor.")
+    num_gpus: int = Field(0, ge=0, description="GPUs for the learner (0 on CPU; >1 goes through accelerate).")
+    bf16: bool = Field(False, description="bf16 training (GPU only).")
+
+
+class TrainConfig(StrictModel):
+    # What to train
+    model: str | None = Field(None, description="Model folder or hub name; null for the built-in tiny model.")
+    tokenizer: str | None = Field(None, description="Learner tokenizer (folder or name); default: the model's.")
+    added_tokens: list[str] = Field(
+        default_factory=list, description="Special tokens added to the tokenizer (embeddings resized) before anything else."
+    )
+    # Data and rewards
+    prompts: str = Field("builtin:search", description="Prompt file (.jsonl/.parquet, 'prompt' column) or 'builtin:search'.")
+    prompts_per_step: int = Field(4, ge=1, description="Groups per step; samples per step = this x num_generations.")
+    reward_funcs: list[str] = Field(
+        default_factory=lambda: ["builtin:search_call"],
+        description="Reward functions: 'path/file.py:name', 'package.module:name' or 'builtin:NAME'.",
+    )
+    reward_weights: list[float] | None = Field(None, description="One weight per reward function (default all 1).")
+    # GRPO (TRL GRPOConfig names)
+    num_generations: int = Field(8, ge=2, description="Samples per prompt (the group size).")
+    max_prompt_length: int | None = Field(None, ge=1, description="Longest prompt in tokens; longer prompts are an error.")
+    max_completion_length: int = Field(512, ge=1, description="Completion budget in tokens.")
+    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature (the learner divides logits by it too).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: int = Field(-1, ge=-1, description="Top-k sampling; -1 keeps all tokens.")
+    learning_rate: float = Field(1e-6, gt=0.0, description="AdamW learning rate.")
+    beta: float = Field(0.0, ge=0.0, description="KL coefficient against the reference model (0: no reference model).")
+    epsilon: float = Field(0.2, gt=0.0, description="Clipping range of the importance ratio.")
+    epsilon_high: float | None = Field(None, gt=0.0, description="Upper clipping range (default: epsilon).")
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"] = Field("dapo", description="TRL loss type.")
+    scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Advantage scaling: std of group/batch/none.")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field("constant", description="Learning-rate schedule.")
+    seed: int = Field(42, description="Seeds the prompt stream, sampling and the learner.")
+    max_steps: int = Field(20, ge=1, description="Optimizer steps (one per generation round, on-policy).")
+    # Stops (forwarded to every engine untouched)
+    stop: list[str] = Field(default_factory=list, description="Stop strings, e.g. ['</search>'].")
+    stop_token_ids: list[int] = Field(default_factory=list, description="Stop token ids in addition to EOS.")
+    include_stop_str_in_output: bool = Field(True, description="Keep the stop string at the end of the completion.")
+    ignore_eos: bool = Field(False, description="Do not stop at EOS (benchmarks only).")
+    skip_special_tokens: bool = Field(False, description="Drop special tokens from completion text.")
+    # Outputs
+    output_dir: str = Field("runs/{time}", description="Run folder; '{time}' becomes the start time.")
+    save_steps: int = Field(0, ge=0, description="Checkpoint every N steps (0: only at the end).")
+    plot_steps: int = Field(5, ge=1, description="Redraw the PNG plots every N steps.")
+    tensorboard: bool = Field(False, description="Also log to TensorBoard (if installed).")
+    # Components
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="The vLLM engine pool.")
+    learner: LearnerConfig = Field(default_factory=LearnerConfig, description="The learner actor.")
+    weight_sync: WeightSyncConfig = Field(default_factory=WeightSyncConfig, description="Learner -> engines.")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
+            raise ValueError(
+                f"reward_weights has {len(self.reward_weights)} entries but reward_funcs has {len(self.reward_funcs)}"
+            )
+        if not self.reward_funcs:
+            raise ValueError("reward_funcs is empty: at least one reward function is needed")
+        return self
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.prompts_per_step * self.num_generations
+
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(
+            max_tokens=self.max_completion_length,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=self.seed,
+            stop=self.stop,
+            stop_token_ids=self.stop_token_ids,
+            include_stop_str_in_output=self.include_stop_str_in_output,
+            ignore_eos=self.ignore_eos,
+            skip_special_tokens=self.skip_special_tokens,
+        )

@@ -1,0 +1,1 @@
+"""The GRPO step loop: groups -> rewards -> advantages -> batch -> learner -> weight sync -> records."""

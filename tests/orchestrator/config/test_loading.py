@@ -1,0 +1,43 @@
+import pytest
+
+from orchestrator.config.base import ConfigError
+from orchestrator.config.loading import load_config, parse_overrides
+from orchestrator.config.train import TrainConfig
+
+
+def test_overrides_parse_as_yaml_with_dotted_sections():
+    assert parse_overrides(["a.b=1", "--c", "x y", "--d=[1, 2]", "e=null"]) == {
+        "a": {"b": 1}, "c": "x y", "d": [1, 2], "e": None
+    }
+
+
+def test_yaml_plus_overrides(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("num_generations: 4\nrollout:\n  engines: 2\n")
+    config = load_config(TrainConfig, path, ["rollout.max_inflight_samples=64", "--learning_rate", "1e-3"])
+    assert (config.num_generations, config.rollout.engines, config.rollout.max_inflight_samples) == (4, 2, 64)
+    assert config.learning_rate == 1e-3
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["num_generation=4"], "unknown config key 'num_generation'; did you mean 'num_generations'"),
+        (["rollout.engine=2"], "unknown config key 'rollout.engine'; did you mean 'rollout.engines'"),
+        (["num_generations=1"], "config key 'num_generations': Input should be greater than or equal to 2"),
+        (["temperature=hot"], "config key 'temperature': Input should be a valid number"),
+        (["reward_weights=[1, 2]"], "reward_weights has 2 entries but reward_funcs has 1"),
+    ],
+)
+def test_bad_keys_and_values_are_named(tmp_path, overrides, message):
+    path = tmp_path / "run.yaml"
+    path.write_text("{}\n")
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_config(TrainConfig, path, overrides)
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("max_steps: 3\nrollout: [\n")
+    with pytest.raises(ConfigError, match=r"run.yaml:\d+: invalid YAML"):
+        load_config(TrainConfig, path, [])

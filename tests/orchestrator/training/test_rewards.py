@@ -1,0 +1,43 @@
+import pytest
+
+from orchestrator.errors import UserError
+from orchestrator.training.rewards import RewardError, resolve, score
+
+
+def test_file_module_and_builtin_specs(tmp_path):
+    reward_file = tmp_path / "my_reward.py"
+    reward_file.write_text("def length(prompts, completions, completion_ids, **kw):\n    return [len(c) for c in completion_ids]\n")
+    scores = score(
+        [f"{reward_file}:length", "builtin:search_call"], [0.5, 1.0], ["Q: what is apple ? A:"] * 2,
+        [" <search> apple </search>", "x"], [[1, 2, 3], [4]],
+    )
+    assert scores[f"rewards/{reward_file}:length"] == [3.0, 1.0]
+    assert scores["rewards/builtin:search_call"] == [1.0, 0.0]
+    assert scores["reward"] == [2.5, 0.5]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nope.py:f", "file nope.py does not exist"),
+        ("no_such_module_xyz:f", "cannot import 'no_such_module_xyz'"),
+        ("json:no_such_function", "has no function 'no_such_function'"),
+        ("builtin:nope", "unknown built-in 'builtin:nope'"),
+        ("just_a_name", "is not 'file.py:name'"),
+    ],
+)
+def test_bad_specs_are_named(spec, message):
+    with pytest.raises(UserError, match=message):
+        resolve(spec)
+
+
+def test_bad_return_values_name_the_function_and_sample(tmp_path):
+    reward_file = tmp_path / "bad.py"
+    reward_file.write_text(
+        "def short(prompts, completions, **kw):\n    return [1.0]\n"
+        "def nan(prompts, completions, **kw):\n    return [0.0, float('nan')]\n"
+    )
+    with pytest.raises(RewardError, match=r"'.*bad.py:short' returned 1 values for 2 samples"):
+        score([f"{reward_file}:short"], None, ["a", "b"], ["x", "y"], [[1], [2]])
+    with pytest.raises(RewardError, match=r"returned NaN for sample 1"):
+        score([f"{reward_file}:nan"], None, ["a", "b"], ["x", "y"], [[1], [2]])

@@ -1,0 +1,163 @@
+"""`python -m orchestrator train` end to end (real Ray, vLLM, TRL), against TRL's own GRPOTrainer.
+
+The seed-trap set-up: the model folder carries the base tokenizer, the learner tokenizer has
+<search> and no pad token, and the reward comes from a user file.
+"""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+pytestmark = pytest.mark.engines
+
+STEPS, PROMPTS, GENERATIONS = 20, 4, 4
+REWARD = """
+import re
+
+BEGIN, END = {begin}, {end}  # token ids of <search> and </search>
+
+
+def exact_call(prompts, completions, completion_ids, **kwargs):
+    \"\"\"0.5 for exactly one <search> ... </search> call (by token id), +0.5 if it holds exactly the
+    prompt's topic. Works whether or not the trainer strips special tokens from the text (TRL does).\"\"\"
+    out = []
+    for prompt, completion, ids in zip(prompts, completions, completion_ids):
+        topic = re.search(r"(?:about|is|on) (\\w+) [.?] A:$", prompt).group(1)
+        words = completion.replace("<search>", " ").replace("</search>", " ").split()
+        one_call = list(ids).count(BEGIN) == 1 and list(ids).count(END) == 1
+        out.append(0.5 * one_call + 0.5 * (one_call and words == [topic]))
+    return out
+"""
+SETTINGS = dict(temperature=1.5, learning_rate=1e-3, max_completion_length=16, seed=0, loss_type="dapo")
+
+
+@pytest.fixture(scope="module")
+def reward_file(tmp_path_factory, learner_tokenizer):
+    path = tmp_path_factory.mktemp("reward") / "my_reward.py"
+    ids = learner_tokenizer.convert_tokens_to_ids(["<search>", "</search>"])
+    path.write_text(REWARD.replace("{begin}", str(ids[0])).replace("{end}", str(ids[1])))
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tiny, reward_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "run"
+    overrides = [
+        f"model={tiny.model_dir}", f"tokenizer={tiny.tokenizer_dir}", f"reward_funcs=[{reward_file}:exact_call]",
+        f"prompts_per_step={PROMPTS}", f"num_generations={GENERATIONS}", f"max_steps={STEPS}", f"output_dir={out}",
+        "save_steps=10", *(f"{k}={v}" for k, v in SETTINGS.items()),
+    ]
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "train", *overrides], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out, proc
+
+
+def test_run_completes_with_synced_weights_every_step(run):
+    out, proc = run
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
+    assert [m["policy_version"] for m in metrics] == list(range(STEPS))
+    assert max(m["rollout/logprob_abs_diff"] for m in metrics) < 0.01
+    for key in ("reward_mean", "reward_std", "samples", "completion_tokens", "ended/eos", "ended/stop",
+                "ended/truncated", "completion_length/mean", "time/generate", "time/reward", "time/train",
+                "time/sync", "time/step"):
+        assert key in metrics[0], key
+    assert f"step   {STEPS}/{STEPS} | reward" in proc.stdout
+    assert "tokenizer has no pad token; using EOS" in proc.stdout + proc.stderr
+
+
+def test_rollouts_hold_every_sample_once(run):
+    out, _ = run
+    table = pq.read_table(out / "rollouts")
+    assert table.num_rows == STEPS * PROMPTS * GENERATIONS
+    keys = list(zip(*(table.column(c).to_pylist() for c in ("step", "group_id", "sample_index"))))
+    assert len(set(keys)) == len(keys)
+    assert {"reward", "advantage", "policy_version", "logprobs", "finish_reason", "stop_reason"} <= set(table.column_names)
+
+
+def test_plots_and_checkpoints_load_with_the_canonical_tokenizer(run):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out, _ = run
+    assert (out / "plots" / "reward.png").stat().st_size > 1000
+    assert (out / "plots" / "timings.png").stat().st_size > 1000
+    assert (out / "config.yaml").is_file()
+    final = out / "checkpoints" / f"step-{STEPS:06d}"
+    assert (out / "checkpoints" / "step-000010").is_dir()
+    tokenizer = AutoTokenizer.from_pretrained(final)
+    assert "<search>" in tokenizer.get_vocab()
+    model = AutoModelForCausalLM.from_pretrained(final)
+    assert model.get_input_embeddings().weight.shape[0] == len(tokenizer)
+
+
+def _load_reward(reward_file):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("user_reward", reward_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.exact_call
+
+
+def _trl_final_model(tiny, reward_file, folder):
+    """TRL's GRPOTrainer alone (HF generate, no vLLM) on the same model, reward and settings."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from orchestrator.builtin import search_task
+
+    args = GRPOConfig(
+        output_dir=str(folder), per_device_train_batch_size=PROMPTS * GENERATIONS, num_generations=GENERATIONS,
+        max_steps=STEPS, use_cpu=True, bf16=False, report_to=[], logging_steps=1, save_strategy="no",
+        lr_scheduler_type="constant", **SETTINGS,
+    )
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny.model_dir), reward_funcs=_load_reward(reward_file), args=args,
+        train_dataset=Dataset.from_dict({"prompt": search_task.all_prompts()}),
+        processing_class=AutoTokenizer.from_pretrained(tiny.tokenizer_dir),
+    )
+    trainer.train()
+    return trainer.model
+
+
+def _expected_reward(model, tokenizer, reward, samples_per_prompt=4):
+    """The policy's mean reward over every built-in prompt, sampled at the run's temperature:
+    far less noisy than the 16 samples of one training step."""
+    import torch
+
+    from orchestrator.builtin import search_task
+
+    torch.manual_seed(0)
+    model.eval()  # HF generate in train mode samples differently (TRL hands its model back in train mode)
+    prompts = search_task.all_prompts()
+    eos = tokenizer.eos_token_id
+    scores = []
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+        out = model.generate(
+            ids, do_sample=True, temperature=SETTINGS["temperature"], max_new_tokens=SETTINGS["max_completion_length"],
+            num_return_sequences=samples_per_prompt, pad_token_id=eos, top_k=0,
+        )[:, ids.shape[1]:].tolist()
+        completions_ids = [c[: c.index(eos) + 1] if eos in c else c for c in out]
+        texts = [tokenizer.decode([t for t in c if t != eos], skip_special_tokens=False) for c in completions_ids]
+        scores += reward([prompt] * len(texts), texts, completions_ids)
+    return float(np.mean(scores))
+
+
+def test_reward_rises_about_as_fast_as_trl(run, tiny, reward_file, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out, _ = run
+    reward = _load_reward(reward_file)
+    tokenizer = AutoTokenizer.from_pretrained(tiny.tokenizer_dir)
+    before = _expected_reward(AutoModelForCausalLM.from_pretrained(tiny.model_dir), tokenizer, reward)
+    ours = _expected_reward(AutoModelForCausalLM.from_pretrained(out / "checkpoints" / f"step-{STEPS:06d}"), tokenizer, reward)
+    trl = _expected_reward(_trl_final_model(tiny, reward_file, tmp_path / "trl"), tokenizer, reward)
+    print(f"expected reward after {STEPS} steps: before {before:.3f}, ours {ours:.3f}, TRL GRPOTrainer {trl:.3f}")
+    assert ours > before + 0.05
+    assert ours >= trl - 0.1

@@ -1,0 +1,1 @@
+"""The learner: TRL's GRPO update on batches the orchestrator assembles, and weight export."""

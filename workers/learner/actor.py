@@ -1,0 +1,62 @@
+"""`Learner`: the Ray actor around `GRPOLearner`. A thin shell: logic lives in grpo.py."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from orchestrator.config.train import TrainConfig
+from orchestrator.tokenizer.bundle import TokenizerBundle, bundle_tokenizer
+
+
+class Learner:
+    """Created through `ray.remote(Learner)`; every method is called remotely."""
+
+    def __init__(self, config: TrainConfig, model: str, tokenizer: str):
+        import logging
+        import warnings
+
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        # TRL warns on import that it has not been tested with this vLLM; the learner does not use
+        # TRL's vLLM integration at all (the rollout pool is ours).
+        warnings.filterwarnings("ignore", message="TRL currently supports vLLM")
+        from workers.learner.grpo import GRPOLearner
+
+        self._learner = GRPOLearner(config, model, tokenizer)
+
+    def canonical_tokenizer(self) -> TokenizerBundle:
+        """The tokenizer every engine must use: after added tokens and the pad fallback."""
+        return bundle_tokenizer(self._learner.tokenizer)
+
+    def train_step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        return self._learner.train_step(batch)
+
+    def policy_version(self) -> int:
+        return self._learner.policy_version
+
+    def publish_weights(self, bucket_bytes: int) -> tuple[list, str, int]:
+        """Put the weights in Ray's object store as packed buckets; engines fetch them from there
+        (across nodes, no shared filesystem). Returns (bucket refs, checksum, bytes)."""
+        import ray
+
+        buckets, digest = self._learner.weight_buckets(bucket_bytes)
+        return [ray.put(bucket) for bucket in buckets], digest, sum(len(b.data) for b in buckets)
+
+    # GPU path (workers/weights/nccl.py): the learner is rank 0 of the NCCL weight-transfer group.
+    def nccl_open(self, address: str, port: int, world_size: int) -> None:
+        from workers.weights.nccl import NcclSender
+
+        self._nccl = NcclSender(address, port, world_size)
+
+    def weight_metadata(self) -> dict:
+        from workers.weights.nccl import metadata
+
+        return metadata(self._learner.named_weights())
+
+    def nccl_send(self, bucket_bytes: int) -> tuple[str, int]:
+        named = list(self._learner.named_weights())
+        self._nccl.send(named, bucket_bytes)
+        return "sent", sum(t.numel() * t.element_size() for _, t in named)
+
+    def save(self, folder: str) -> str:
+        self._learner.save(folder)
+        return folder

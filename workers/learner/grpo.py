@@ -1,0 +1,128 @@
+"""`GRPOLearner`: TRL's GRPO update on batches assembled elsewhere. A plain class, tested without Ray.
+
+TRL's `GRPOTrainer` is built once (for its loss, optimizer and scheduler) and driven through its
+`compute_loss` seam: the orchestrator's batch carries prompt/completion ids and masks, the
+group-normalised advantages and the engines' logprobs as the behaviour (old) logprobs. No second
+GRPO loss lives in this project.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from orchestrator.config.train import TrainConfig
+from workers.learner.model_setup import load_model, load_tokenizer
+from workers.weights.buckets import WeightBucket, checksum, pack
+
+
+def _unused_reward(prompts, completions, **kwargs):  # GRPOTrainer wants one; rewards are ours
+    raise RuntimeError("rewards are computed by the orchestrator")
+
+
+class GRPOLearner:
+    def __init__(self, config: TrainConfig, model, tokenizer: str):
+        """`model` is a name, a path or a model object; `tokenizer` a name or path."""
+        from datasets import Dataset
+        from trl import GRPOConfig, GRPOTrainer
+
+        torch.manual_seed(config.seed)
+        self.config = config
+        self.tokenizer = load_tokenizer(tokenizer, config.added_tokens)
+        model = load_model(model, self.tokenizer, resize=bool(config.added_tokens))
+        use_cpu = not (torch.cuda.is_available() and config.learner.num_gpus > 0)
+        args = GRPOConfig(
+            output_dir=tempfile.mkdtemp(prefix="grpo-learner-"),
+            per_device_train_batch_size=config.samples_per_step,
+            num_generations=config.num_generations,
+            max_completion_length=config.max_completion_length,
+            temperature=config.temperature,
+            learning_rate=config.learning_rate,
+            beta=config.beta,
+            epsilon=config.epsilon,
+            epsilon_high=config.epsilon_high,
+            loss_type=config.loss_type,
+            scale_rewards=config.scale_rewards,
+            max_grad_norm=config.max_grad_norm,
+            warmup_steps=config.warmup_steps,
+            lr_scheduler_type=config.lr_scheduler_type,
+            seed=config.seed,
+            max_steps=config.max_steps,
+            use_cpu=use_cpu,
+            bf16=config.learner.bf16 and not use_cpu,
+            report_to=[],
+            save_strategy="no",
+            logging_steps=1,
+        )
+        self.trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=_unused_reward,
+            args=args,
+            train_dataset=Dataset.from_dict({"prompt": ["unused"]}),
+            processing_class=self.tokenizer,
+        )
+        self.trainer.create_optimizer_and_scheduler(num_training_steps=config.max_steps)
+        self.trainer.current_gradient_accumulation_steps = 1
+        accelerator = self.trainer.accelerator
+        self.model, self.optimizer = accelerator.prepare(self.trainer.model, self.trainer.optimizer)
+        self.policy_version = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.trainer.accelerator.device
+
+    def train_step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        """One optimizer step on one batch; returns the step's learner metrics."""
+        start = time.perf_counter()
+        trainer = self.trainer
+        inputs = {key: torch.tensor(value, device=self.device) for key, value in batch.items()}
+        mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+        self.model.train()
+        with torch.no_grad():
+            logps = self._logps(self.model, inputs)
+            if self.config.beta != 0.0:
+                inputs["ref_per_token_logps"] = self._logps(trainer.ref_model, inputs)
+        engine_logps = inputs["old_per_token_logps"]
+        abs_diff = (logps - engine_logps).abs() * mask
+        inputs["num_items_in_batch"] = mask.sum()
+        loss = trainer.compute_loss(self.model, inputs)
+        trainer.accelerator.backward(loss)
+        grad_norm = trainer.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        self.optimizer.step()
+        trainer.lr_scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.policy_version += 1
+        tokens = mask.sum().clamp(min=1)
+        return {
+            "loss": float(loss.detach()),
+            "grad_norm": float(grad_norm),
+            "learning_rate": float(trainer.lr_scheduler.get_last_lr()[0]),
+            "rollout/logprob_abs_diff": float(abs_diff.sum() / tokens),
+            "rollout/logprob_max_abs_diff": float(abs_diff.max()),
+            "time/learner_step": time.perf_counter() - start,
+        }
+
+    def _logps(self, model, inputs) -> torch.Tensor:
+        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        logps, _, _ = self.trainer._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, inputs["completion_ids"].size(1)
+        )
+        return logps
+
+    def named_weights(self):
+        """(HF name, tensor) for every weight, as vLLM's loaders expect them."""
+        return self.trainer.accelerator.unwrap_model(self.model).state_dict().items()
+
+    def weight_buckets(self, bucket_bytes: int) -> tuple[list[WeightBucket], str]:
+        buckets = pack(self.named_weights(), bucket_bytes)
+        return buckets, checksum(buckets)
+
+    def save(self, folder: str) -> None:
+        """An HF checkpoint (model + canonical tokenizer) that transformers and vLLM load as is."""
+        model = self.trainer.accelerator.unwrap_model(self.model)
+        model.save_pretrained(folder, safe_serialization=True)
+        self.tokenizer.save_pretrained(folder)

@@ -1,0 +1,59 @@
+"""Model and tokenizer set-up for the learner: the canonical tokenizer is decided here.
+
+Order matters: load the tokenizer, add the configured special tokens, fall back to EOS as pad if
+there is none, then load the model and resize its embeddings to the tokenizer. The tokenizer
+that results is shipped to every engine.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from orchestrator.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+class ModelSetupError(UserError):
+    """The model and tokenizer cannot be used together; the message says why."""
+
+
+def load_tokenizer(name_or_path: str, added_tokens: list[str], warn: bool = True):
+    from transformers import AddedToken, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    new = [t for t in added_tokens if t not in tokenizer.get_vocab()]
+    if new:
+        tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in new], special_tokens=True)
+    ensure_pad_token(tokenizer, warn)
+    return tokenizer
+
+
+def ensure_pad_token(tokenizer, warn: bool = True) -> None:
+    """GPT-2-style tokenizers have no pad token: use EOS, with one warning line."""
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ModelSetupError("the tokenizer has neither a pad token nor an EOS token to use as pad")
+        if warn:
+            log.warning("tokenizer has no pad token; using EOS %r (id %d) as pad", tokenizer.eos_token, tokenizer.eos_token_id)
+        tokenizer.pad_token = tokenizer.eos_token
+
+
+def load_model(model, tokenizer, dtype: str = "float32", resize: bool = False):
+    """`model` may be a name, a path or an already built model object."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if isinstance(model, str):
+        model = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype))
+    embeddings = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > embeddings:
+        if not resize:
+            raise ModelSetupError(
+                f"the tokenizer has {len(tokenizer)} tokens but the model's embedding has {embeddings} rows: "
+                "use a matching tokenizer, or list the new tokens in added_tokens so the embeddings are resized"
+            )
+        model.resize_token_embeddings(len(tokenizer))
+    if model.generation_config is not None and model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model

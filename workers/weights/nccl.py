@@ -1,0 +1,107 @@
+"""GPU weight transport: vLLM's native NCCL weight-transfer engine, learner as rank 0.
+
+Shares everything else with the CPU path: the same `WeightTransport.sync` contract, deadline and
+version stamping, and the same engine-side pause -> load -> resume sequence (see
+`RolloutEngine.receive_nccl`). One NCCL group spans the learner (rank 0) and every engine's
+workers (engine i with tensor parallelism t holds ranks 1 + i*t .. i*t + t); it is opened on the
+first sync. Only the metadata (names, dtypes, shapes) travels through Ray; the bytes go over NCCL,
+packed into double-buffered chunks by vLLM.
+
+Written against vLLM 0.32's `vllm.distributed.weight_transfer` API; exercised only on machines
+with CUDA GPUs (tests marked `gpu`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from workers.weights.transport import SyncReport, WeightSyncError, WeightTransport
+
+UNVERIFIED = "unverified"
+
+
+class NcclTransport(WeightTransport):
+    def __init__(self, timeout_s: float, bucket_bytes: int, tensor_parallel_size: int = 1):
+        super().__init__(timeout_s, bucket_bytes)
+        self.tensor_parallel_size = tensor_parallel_size
+        self._group: tuple[int, ...] | None = None  # engine ids the NCCL group was opened for
+
+    def _open(self, learner, engines: dict[int, object], deadline: float) -> None:
+        import ray
+
+        address = ray.util.get_node_ip_address()
+        port = _free_port()
+        world_size = 1 + len(engines) * self.tensor_parallel_size
+        joins = {
+            engine_id: actor.init_nccl.remote(
+                {
+                    "master_address": address,
+                    "master_port": port,
+                    "rank_offset": 1 + index * self.tensor_parallel_size,
+                    "world_size": world_size,
+                    "packed": True,
+                    "packed_buffer_size_bytes": self.bucket_bytes,
+                }
+            )
+            for index, (engine_id, actor) in enumerate(sorted(engines.items()))
+        }
+        joins[-1] = learner.nccl_open.remote(address, port, world_size)
+        self._await(joins, "opening the NCCL weight-transfer group", deadline)
+        self._group = tuple(sorted(engines))
+
+    def sync(self, learner, engines: dict[int, object], version: int) -> SyncReport:
+        start = time.monotonic()
+        deadline = start + self.timeout_s
+        if self._group != tuple(sorted(engines)):
+            if self._group is not None:
+                raise WeightSyncError(
+                    "the engine set changed since the NCCL group was opened; re-opening a group is not supported yet"
+                )
+            self._open(learner, engines, deadline)
+        metadata = self._await({-1: learner.weight_metadata.remote()}, "reading weight metadata", deadline)[-1]
+        receives = {engine_id: actor.receive_nccl.remote(metadata, version) for engine_id, actor in engines.items()}
+        receives[-1] = learner.nccl_send.remote(self.bucket_bytes)
+        results = self._await(receives, f"NCCL weight sync to version {version}", deadline)
+        _, nbytes = results.pop(-1)
+        # Engines load NCCL bytes straight into their parameters, so there is no received buffer to
+        # checksum: on this path only the policy version is verified.
+        self._verify(UNVERIFIED, version, results)
+        return SyncReport(version, UNVERIFIED, nbytes, time.monotonic() - start)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+class NcclSender:
+    """Learner side (rank 0) of the NCCL group; lives inside the learner actor."""
+
+    def __init__(self, address: str, port: int, world_size: int):
+        from vllm.distributed.weight_transfer.nccl_common import trainer_init
+
+        self.group = trainer_init({"master_address": address, "master_port": port, "world_size": world_size})
+
+    def send(self, named_tensors, bucket_bytes: int) -> None:
+        from vllm.distributed.weight_transfer.packed_tensor import packed_nccl_broadcast_producer
+
+        packed_nccl_broadcast_producer(
+            iterator=iter(named_tensors),
+            group=self.group,
+            src=0,
+            post_iter_func=lambda item: item[1],
+            buffer_size_bytes=bucket_bytes,
+        )
+
+
+def metadata(named_tensors) -> dict:
+    """The per-round update info vLLM's NCCL receiver expects."""
+    names, dtypes, shapes = [], [], []
+    for name, tensor in named_tensors:
+        names.append(name)
+        dtypes.append(str(tensor.dtype).removeprefix("torch."))
+        shapes.append(list(tensor.shape))
+    return {"names": names, "dtype_names": dtypes, "shapes": shapes}
