@@ -1,0 +1,1 @@
+"""Placement of rollout engines and the learner onto cluster nodes."""

@@ -1,0 +1,50 @@
+"""The names that tie cluster nodes to the roles they play in a run.
+
+Rollout engines (one vLLM engine each) and the learner run on different
+nodes, so that rollout capacity can grow or shrink without touching the
+learner. Nodes say which role they serve in two ways:
+
+* **Ray node labels** (Ray 2.49 and later): a node started with
+  ``ray start --labels role=rollout`` carries the label ``role=rollout``, and
+  an actor created with ``label_selector={ROLE_LABEL: ROLLOUT_ROLE}`` is only
+  ever placed there. The Ray autoscaler (v2) also adds nodes from the matching
+  worker group when such an actor is waiting. This is the primary mechanism.
+* **Custom resources** (the fallback for older clusters without labels): the
+  same node also advertises one unit of ``rollout_node``
+  (``ray start --resources '{"rollout_node": 1}'``). The resource marks the
+  node rather than counting anything, so an actor asks for a small fraction
+  of it and any number of actors can share one node.
+
+The KubeRay manifests in ``deploy/`` and the bare-metal instructions in
+``deploy/README.md`` use exactly these names; ``tests/deploy`` checks that
+they agree with this module, so change a name here and nowhere else.
+"""
+
+ROLE_LABEL = "role"
+"""Node label key whose value is the role the node serves."""
+
+ROLLOUT_ROLE = "rollout"
+"""Label value of nodes that host rollout engines."""
+
+LEARNER_ROLE = "learner"
+"""Label value of nodes that host the learner."""
+
+ROLLOUT_RESOURCE = "rollout_node"
+"""Custom resource advertised (1 unit) by rollout nodes: the label fallback."""
+
+LEARNER_RESOURCE = "learner_node"
+"""Custom resource advertised (1 unit) by learner nodes: the label fallback."""
+
+
+def ray_start_labels(role: str) -> str:
+    """Return the value ``ray start --labels`` takes for a node of ``role``.
+
+    Ray 2.49+ parses ``--labels`` as comma-separated ``key=value`` pairs (the
+    older JSON form still parses in Ray 2.60 but is deprecated), so a rollout
+    node is started with ``ray start --labels role=rollout``.
+    """
+    if role not in (ROLLOUT_ROLE, LEARNER_ROLE):
+        raise ValueError(
+            f"unknown node role {role!r}: expected {ROLLOUT_ROLE!r} or {LEARNER_ROLE!r}"
+        )
+    return f"{ROLE_LABEL}={role}"
