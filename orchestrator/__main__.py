@@ -54,6 +54,7 @@ def _train_parser(commands) -> None:
         "as YAML, dotted keys for sections), e.g. max_steps=5 rollout.engines=2 --learning_rate 1e-3.",
     )
     p.add_argument("--config", help="YAML run config (default: the embedded default)")
+    p.add_argument("--resume", metavar="OUTPUT_DIR", help="continue a run from its last checkpoint (overrides still apply)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides; --key value works too")
 
 
@@ -75,14 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train_overrides(tokens: list[str]) -> list[str]:
-    """Everything after `train` except --config, in the order given."""
+    """Everything after `train` except --config and --resume, in the order given."""
     overrides, skip = [], False
-    for index, token in enumerate(tokens):
+    for token in tokens:
         if skip:
             skip = False
-        elif token == "--config":
+        elif token in ("--config", "--resume"):
             skip = True
-        elif not token.startswith("--config="):
+        elif not token.startswith(("--config=", "--resume=")):
             overrides.append(token)
     return overrides
 
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "train":
         args.overrides = _train_overrides(argv[1:])
-    from orchestrator.errors import UserError
+    from orchestrator.errors import RunError, UserError
 
     try:
         if args.command == "generate":
@@ -113,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except RunError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

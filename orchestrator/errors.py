@@ -3,3 +3,8 @@
 
 class UserError(Exception):
     """Something the user can fix; the message names what to fix and what was expected."""
+
+
+class RunError(Exception):
+    """A fault that stops a run (a sync past its deadline, wrong weights, no engine left): the CLI
+    prints the message without a traceback and exits with 1."""

@@ -1,8 +1,8 @@
 """`python -m orchestrator train [--config FILE.yaml] [key=value ...]`: a GRPO run.
 
-The config, the prompts, the reward functions, the model and tokenizer paths, the stop token ids
-and prompt lengths are all checked before Ray starts; then the learner and the rollout pool start
-and the step loop runs.
+The config, the prompts, the reward functions, the model and tokenizer, the stop token ids and
+prompt lengths are all checked before Ray starts (training/preflight.py); then the learner and the
+rollout pool start and the step loop runs.
 """
 
 from __future__ import annotations
@@ -10,38 +10,41 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orchestrator.errors import UserError
-
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "builtin" / "default_train.yaml"
 
 
 def run_train(args: argparse.Namespace) -> int:
     from orchestrator.config.loading import load_config
     from orchestrator.config.train import TrainConfig
-
-    config = load_config(TrainConfig, Path(args.config) if args.config else DEFAULT_CONFIG, args.overrides)
-    prompts = _prompts(config)
-    from orchestrator.training.rewards import resolve
-
-    for spec in config.reward_funcs:
-        resolve(spec)
-    from orchestrator.models import check_token_ids, resolve_model
+    from orchestrator.training.preflight import preflight
     from orchestrator.training.run_dir import RunDir
-    from workers.learner.model_setup import load_tokenizer
 
-    model, tokenizer_name = resolve_model(config.model, config.tokenizer)
-    tokenizer = load_tokenizer(tokenizer_name, config.added_tokens, warn=False)  # the learner warns
-    check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
-    _check_prompt_lengths(prompts, tokenizer, config.max_prompt_length)
-    run_dir = RunDir.create(config.output_dir)
-    run_dir.prepare({**config.model_dump(mode="json"), "model": model, "tokenizer": tokenizer_name})
-    print(f"run folder: {run_dir.root}", flush=True)
+    if args.resume:
+        run_dir = RunDir.existing(args.resume)
+        config = load_config(TrainConfig, run_dir.root / "config.yaml", args.overrides)
+    else:
+        config = load_config(TrainConfig, Path(args.config) if args.config else DEFAULT_CONFIG, args.overrides)
+    checked = preflight(config)
+    model, tokenizer, resume = checked.model, checked.tokenizer, None
+    if args.resume:
+        checkpoint, resume = run_dir.latest_checkpoint()
+        model = tokenizer = str(checkpoint)  # weights, optimizer and canonical tokenizer as saved
+        run_dir.forget_after(resume.step)
+        print(f"resuming {run_dir.root} from {checkpoint.name} (step {resume.step})", flush=True)
+    else:
+        run_dir = RunDir.create(config.output_dir)
+        run_dir.prepare({**config.model_dump(mode="json"), "model": checked.model, "tokenizer": checked.tokenizer})
+        print(f"run folder: {run_dir.root}", flush=True)
+    if checked.dropped_prompts:
+        print(f"dropped {checked.dropped_prompts} prompt(s) longer than max_prompt_length={config.max_prompt_length}")
 
     from orchestrator.training.loop import GRPORun, start_components
 
-    components = start_components(config, model, tokenizer_name)
+    components = start_components(
+        config, model, tokenizer, resume_from=model if resume else None, policy_version=resume.policy_version if resume else 0
+    )
     try:
-        metrics = GRPORun(config, prompts, run_dir, components).run()
+        metrics = GRPORun(config, checked.prompts, run_dir, components, resume).run()
     finally:
         _stop(components)
     first, last = metrics[0], metrics[-1]
@@ -50,25 +53,6 @@ def run_train(args: argparse.Namespace) -> int:
         f"(step {last['step']}); metrics, rollouts, plots and checkpoints in {run_dir.root}"
     )
     return 0
-
-
-def _prompts(config) -> list[str]:
-    if config.prompts == "builtin:search":
-        from orchestrator.builtin import search_task
-
-        return search_task.all_prompts()
-    from orchestrator.data.prompts import read_prompts
-
-    return read_prompts(config.prompts)
-
-
-def _check_prompt_lengths(prompts: list[str], tokenizer, limit: int | None) -> None:
-    if limit is None:
-        return
-    for index, prompt in enumerate(prompts):
-        length = len(tokenizer(prompt)["input_ids"])
-        if length > limit:
-            raise UserError(f"prompt {index} has {length} tokens, more than max_prompt_length={limit}")
 
 
 def _stop(components) -> None:

@@ -25,4 +25,7 @@ class RolloutConfig(StrictModel):
     )
     num_cpus_per_engine: float = Field(1.0, ge=0.0, description="Ray CPUs reserved for each engine actor.")
     startup_timeout_s: float = Field(600.0, gt=0.0, description="Deadline for an engine to start and report.")
-    request_timeout_s: float = Field(1800.0, gt=0.0, description="Deadline for one group's generation.")
+    request_timeout_s: float = Field(
+        1800.0, gt=0.0, description="Deadline for one group's generation; an engine that misses it is replaced."
+    )
+    max_restarts: int = Field(8, ge=0, description="Dead engines replaced per run before the pool stops replacing.")

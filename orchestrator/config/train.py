@@ -41,9 +41,15 @@ class TrainConfig(StrictModel):
         description="Reward functions: 'path/file.py:name', 'package.module:name' or 'builtin:NAME'.",
     )
     reward_weights: list[float] | None = Field(None, description="One weight per reward function (default all 1).")
+    reward_error_score: float | None = Field(
+        None,
+        description="If set, a sample whose reward function raises or returns NaN scores this and is counted "
+        "(metric reward_errors); if null, the run stops with an error naming the function and the sample.",
+    )
     # GRPO (TRL GRPOConfig names)
     num_generations: int = Field(8, ge=2, description="Samples per prompt (the group size).")
     max_prompt_length: int | None = Field(None, ge=1, description="Longest prompt in tokens; longer prompts are an error.")
+    drop_long_prompts: bool = Field(False, description="Skip prompts over max_prompt_length (counted) instead of failing.")
     max_completion_length: int = Field(512, ge=1, description="Completion budget in tokens.")
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature (the learner divides logits by it too).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
@@ -58,7 +64,14 @@ class TrainConfig(StrictModel):
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field("constant", description="Learning-rate schedule.")
     seed: int = Field(42, description="Seeds the prompt stream, sampling and the learner.")
-    max_steps: int = Field(20, ge=1, description="Optimizer steps (one per generation round, on-policy).")
+    max_steps: int = Field(20, ge=1, description="Optimizer steps (one per generation round).")
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="0: on-policy (generate only with the current weights). >= 1: generate step t+1 while the "
+        "learner trains step t; no trained sample is older than current policy minus this. Off-policy samples are "
+        "corrected by TRL's clipped importance ratio against the engines' logprobs.",
+    )
     # Stops (forwarded to every engine untouched)
     stop: list[str] = Field(default_factory=list, description="Stop strings, e.g. ['</search>'].")
     stop_token_ids: list[int] = Field(default_factory=list, description="Stop token ids in addition to EOS.")

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 class LeastLoadedDispatcher:
     def __init__(self, engine_ids: list[int], capacity: int):
-        if not engine_ids:
-            raise ValueError("a dispatcher needs at least one engine")
         self.capacity = capacity
         self.load = {engine_id: 0 for engine_id in engine_ids}
         self.assigned = {engine_id: 0 for engine_id in engine_ids}
@@ -31,7 +29,18 @@ class LeastLoadedDispatcher:
         self.load[engine_id] += cost
         self.assigned[engine_id] += 1
 
+    def add(self, engine_id: int) -> None:
+        self.load.setdefault(engine_id, 0)
+        self.assigned.setdefault(engine_id, 0)
+
+    def remove(self, engine_id: int) -> None:
+        """A dead or drained engine takes no more groups; its pending finishes are ignored."""
+        self.load.pop(engine_id, None)
+        self.assigned.pop(engine_id, None)
+
     def finished(self, engine_id: int, cost: int) -> None:
+        if engine_id not in self.load:
+            return
         self.load[engine_id] -= cost
         if self.load[engine_id] < 0:
             raise RuntimeError(f"engine {engine_id} finished more samples than it was given")

@@ -1,92 +1,213 @@
-"""`RolloutPool`: N rollout actors, each one vLLM engine, that all hold the canonical tokenizer.
+"""`RolloutPool`: rollout actors, each one vLLM engine, that all hold the canonical tokenizer.
 
 Start-up ships the canonical tokenizer to every engine and refuses to go on unless each engine
 reports the same fingerprint. `generate` sends groups to the least-loaded engine and returns
 results as they finish; callers get them back in any order and assemble by group id.
+
+Engines come and go while the pool runs. A dead engine (its actor or its vLLM process killed, or a
+group past its deadline) is dropped, its in-flight groups go back to the queue for the live
+engines, and a replacement starts in the background; the replacement serves only once its
+tokenizer fingerprint matches and `on_engine_ready` has brought it to the current weights. Until
+then the pool runs degraded on the engines it has, and fails only when none are left.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
+import time
 from collections.abc import Callable
 
 from orchestrator.config.rollout import RolloutConfig
-from orchestrator.errors import UserError
+from orchestrator.errors import RunError, UserError
 from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
 from orchestrator.rollout.groups import GroupRequest, GroupResult
 from orchestrator.tokenizer.bundle import TokenizerBundle, bundle_tokenizer
 from orchestrator.tokenizer.fingerprint import differences, fingerprint
+
+ENGINE_DEATHS = {"EngineDeadError", "EngineGenerateError", "TimeoutError"}  # causes that mean "replace it"
 
 
 class TokenizerMismatchError(UserError):
     """An engine loaded a tokenizer that is not the canonical one."""
 
 
-class EngineFailedError(RuntimeError):
-    """An engine failed to start or died while generating."""
+class EngineFailedError(RunError):
+    """Engines failed to start, or none is left to generate."""
+
+
+@dataclasses.dataclass
+class _Starting:
+    actor: object
+    ready: object  # ObjectRef of RolloutWorker.start()
+    deadline: float
 
 
 class RolloutPool:
     def __init__(
         self,
-        model: str,
+        model: str | None,
         tokenizer,
         config: RolloutConfig,
         seed: int = 0,
         engine_tokenizer: TokenizerBundle | None = None,
+        placement=None,
     ):
-        """`tokenizer` is the canonical tokenizer object. `engine_tokenizer` overrides what is
-        shipped to the engines (default: the canonical one), which is how a mismatch is shown."""
+        """`tokenizer` is the canonical tokenizer object; `model` a path or name, or None when the
+        engines take their weights from a learner (`engine_tokenizer` then carries config.json too,
+        and `on_engine_ready` must load the weights). `engine_tokenizer` overrides what is shipped
+        to the engines (default: the canonical tokenizer), which is how a mismatch is shown."""
         self.model = model
+        self.placement = placement  # orchestrator.placement.placement.Placement; detected at start
         self.config = config
         self.seed = seed
         self.expected = fingerprint(tokenizer)
         self.bundle = engine_tokenizer or bundle_tokenizer(tokenizer)
-        self.actors: dict[int, object] = {}
+        self.actors: dict[int, object] = {}  # serving engines only
+        self.starting: dict[int, _Starting] = {}
+        self.restarts = 0
         self.device = "cpu"
+        self.on_engine_ready: Callable[[int, object], None] | None = None  # set by training: sync weights
+        self._next_id = 0
+        self._bundle_ref = None
+        self._groups: dict[int, object] = {}  # engine id -> its placement group (None locally)
+
+    # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> RolloutPool:
         import ray
 
         from orchestrator.ray_runtime import cluster_has_gpus, init_ray
-        from workers.rollout.actor import RolloutWorker
 
         init_ray(num_cpus=self.config.engines * self.config.num_cpus_per_engine)
+        from orchestrator.placement.placement import detect
+
         self.device = "cuda" if cluster_has_gpus() else "cpu"
-        gpus = self.config.tensor_parallel_size if self.device == "cuda" else 0
-        actor_class = ray.remote(RolloutWorker)
-        bundle_ref = ray.put(self.bundle)
-        for engine_id in range(self.config.engines):
-            self.actors[engine_id] = actor_class.options(
-                num_cpus=self.config.num_cpus_per_engine, num_gpus=gpus, max_concurrency=10_000
-            ).remote(engine_id, self.model, bundle_ref, self.config, self.device, self.seed + engine_id)
+        self.placement = self.placement or detect()
+        self._bundle_ref = ray.put(self.bundle)
         try:
-            self._check_tokenizers()
+            for _ in range(self.config.engines):
+                self.add_engine()
+            self._wait_for_starting(block=True, strict=True)
         except BaseException:
             self.shutdown()
             raise
         return self
 
-    def _check_tokenizers(self) -> None:
+    def add_engine(self) -> int:
+        """Start one more engine in the background; it serves once ready and synced."""
         import ray
 
-        refs = {engine_id: actor.start.remote() for engine_id, actor in self.actors.items()}
-        problems = []
-        for engine_id, ref in refs.items():
-            try:
-                reported = ray.get(ref, timeout=self.config.startup_timeout_s)
-            except ray.exceptions.GetTimeoutError:
-                raise EngineFailedError(
-                    f"engine {engine_id} did not start within rollout.startup_timeout_s={self.config.startup_timeout_s}s"
-                ) from None
-            except ray.exceptions.RayError as error:
-                raise EngineFailedError(f"engine {engine_id} failed to start: {error}") from None
-            problems += [f"engine {engine_id}: {line}" for line in differences(self.expected, reported)]
+        from workers.rollout.actor import RolloutWorker
+
+        from orchestrator.placement.labels import ROLLOUT_ROLE
+
+        engine_id, self._next_id = self._next_id, self._next_id + 1
+        gpus = self.config.tensor_parallel_size if self.device == "cuda" else 0
+        options, self._groups[engine_id] = self.placement.actor_options(
+            ROLLOUT_ROLE, self.config.num_cpus_per_engine, gpus, self.config.startup_timeout_s
+        )
+        actor = (
+            ray.remote(RolloutWorker)
+            .options(**options, max_concurrency=10_000)
+            .remote(engine_id, self.model, self._bundle_ref, self.config, self.device, self.seed + engine_id)
+        )
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        self.starting[engine_id] = _Starting(actor, actor.start.remote(), deadline)
+        return engine_id
+
+    def _wait_for_starting(self, block: bool, strict: bool = False) -> list[int]:
+        """Admit engines that finished starting. `block` waits until one is admitted (with `strict`,
+        the first start: until all are) or none is left starting; `strict` turns any start failure
+        into an error instead of running degraded."""
+        import ray
+
+        admitted = []
+        while self.starting:
+            refs = {entry.ready: engine_id for engine_id, entry in self.starting.items()}
+            timeout = max(0.0, min(e.deadline for e in self.starting.values()) - time.monotonic()) if block else 0
+            done, _ = ray.wait(list(refs), num_returns=1 if block else len(refs), timeout=timeout)
+            for ref in done:
+                engine_id = refs[ref]
+                if self._admit(engine_id, self.starting.pop(engine_id), strict):
+                    admitted.append(engine_id)
+            for engine_id, entry in list(self.starting.items()):
+                if time.monotonic() > entry.deadline:
+                    del self.starting[engine_id]
+                    self._kill(engine_id, entry.actor)
+                    self._fail_or_warn(
+                        strict, f"engine {engine_id} did not start within rollout.startup_timeout_s={self.config.startup_timeout_s}s"
+                    )
+            if not block or (admitted and not strict):
+                break
+        return admitted
+
+    def _admit(self, engine_id: int, entry: _Starting, strict: bool) -> bool:
+        import ray
+
+        try:
+            reported = ray.get(entry.ready)
+        except ray.exceptions.RayError as error:
+            self._kill(engine_id, entry.actor)
+            self._fail_or_warn(strict, f"engine {engine_id} failed to start: {error}")
+            return False
+        problems = differences(self.expected, reported)
         if problems:
+            self._kill(engine_id, entry.actor)
             raise TokenizerMismatchError(
                 "rollout engines loaded a tokenizer that differs from the canonical one; refusing to generate:\n  "
-                + "\n  ".join(problems)
+                + "\n  ".join(f"engine {engine_id}: {line}" for line in problems)
             )
+        if self.on_engine_ready is not None:
+            self.on_engine_ready(engine_id, entry.actor)  # current weights before the first request
+        self.actors[engine_id] = entry.actor
+        return True
+
+    def _fail_or_warn(self, strict: bool, message: str) -> None:
+        if strict:
+            raise EngineFailedError(message)
+        print(f"warning: {message}; continuing with {len(self.actors)} engine(s)", flush=True)
+
+    def _engine_died(self, engine_id: int, error: BaseException) -> None:
+        """Drop a dead engine and start its replacement (which serves once ready and synced)."""
+        actor = self.actors.pop(engine_id, None)
+        if actor is None:
+            return  # already handled for another of its groups
+        self._kill(engine_id, actor)
+        if self.restarts >= self.config.max_restarts:
+            print(f"warning: engine {engine_id} died ({_reason(error)}); rollout.max_restarts reached, not replacing it", flush=True)
+            return
+        self.restarts += 1
+        replacement = self.add_engine()
+        print(
+            f"warning: engine {engine_id} died ({_reason(error)}); its groups go to the {len(self.actors)} live engine(s), "
+            f"replacement engine {replacement} is starting",
+            flush=True,
+        )
+
+    def remove_engine(self, engine_id: int) -> None:
+        """Stop an idle engine (call between `generate` calls; `generate` drains before returning)."""
+        import ray
+
+        actor = self.actors.pop(engine_id)
+        try:
+            ray.get(actor.shutdown.remote(), timeout=30)
+        except ray.exceptions.RayError:
+            pass
+        self._kill(engine_id, actor)
+
+    def _kill(self, engine_id: int, actor) -> None:
+        import ray
+
+        try:
+            ray.kill(actor)
+        except Exception:  # already gone
+            pass
+        group = self._groups.pop(engine_id, None)
+        if group is not None:
+            ray.util.remove_placement_group(group)
+
+    # --- generation ------------------------------------------------------------------------------
 
     def generate(
         self, requests: list[GroupRequest], on_result: Callable[[GroupResult], None] | None = None
@@ -94,23 +215,33 @@ class RolloutPool:
         """Generate every group; results in completion order (assemble them by group id)."""
         import ray
 
+        self._wait_for_starting(block=False)
         dispatcher = LeastLoadedDispatcher(list(self.actors), self.config.max_inflight_samples)
         pending = collections.deque(requests)
         inflight: dict[object, tuple[int, GroupRequest]] = {}
         results = []
         while pending or inflight:
+            for engine_id in self._wait_for_starting(block=not self.actors and not inflight):
+                dispatcher.add(engine_id)
+            if not self.actors and not inflight:
+                raise EngineFailedError("no rollout engine is left to generate with")
             while pending and (engine_id := dispatcher.pick(pending[0].num_generations)) is not None:
                 request = pending.popleft()
                 inflight[self.actors[engine_id].generate.remote(request)] = (engine_id, request)
                 dispatcher.started(engine_id, request.num_generations)
-            done, _ = ray.wait(list(inflight), num_returns=1)
+            done, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
             for ref in done:
                 engine_id, request = inflight.pop(ref)
                 dispatcher.finished(engine_id, request.num_generations)
                 try:
                     result = ray.get(ref)
-                except ray.exceptions.RayActorError as error:
-                    raise EngineFailedError(f"engine {engine_id} died while generating group {request.group_id}: {error}") from None
+                except ray.exceptions.RayError as error:
+                    if not _is_engine_death(error):
+                        raise
+                    self._engine_died(engine_id, error)
+                    dispatcher.remove(engine_id)
+                    pending.appendleft(request)  # generated again on a live engine, exactly once
+                    continue
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
@@ -124,16 +255,32 @@ class RolloutPool:
     def shutdown(self) -> None:
         import ray
 
-        for actor in self.actors.values():
+        everyone = {**self.actors, **{engine_id: entry.actor for engine_id, entry in self.starting.items()}}
+        for engine_id, actor in everyone.items():
             try:
                 ray.get(actor.shutdown.remote(), timeout=30)
             except ray.exceptions.RayError:
                 pass
-            ray.kill(actor)
+            self._kill(engine_id, actor)
         self.actors.clear()
+        self.starting.clear()
 
     def __enter__(self) -> RolloutPool:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def _is_engine_death(error: BaseException) -> bool:
+    import ray
+
+    if isinstance(error, ray.exceptions.RayActorError):
+        return True
+    cause = getattr(error, "cause", None)
+    return type(cause).__name__ in ENGINE_DEATHS or type(error).__name__ in ENGINE_DEATHS
+
+
+def _reason(error: BaseException) -> str:
+    cause = getattr(error, "cause", None) or error
+    return f"{type(cause).__name__}: {str(cause).splitlines()[0][:200] if str(cause) else ''}"

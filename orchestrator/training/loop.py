@@ -11,7 +11,9 @@ step generates anything.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -27,7 +29,7 @@ from orchestrator.training import plots
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
 from orchestrator.training.metrics import MetricsLog, progress_line, read_metrics, rollout_metrics
-from orchestrator.training.run_dir import RunDir
+from orchestrator.training.run_dir import ResumeState, RunDir
 
 
 @dataclasses.dataclass
@@ -41,40 +43,92 @@ class Components:
 
 
 class GRPORun:
-    def __init__(self, config: TrainConfig, prompts: list[str], run_dir: RunDir, components: Components):
+    def __init__(
+        self,
+        config: TrainConfig,
+        prompts: list[str],
+        run_dir: RunDir,
+        components: Components,
+        resume: ResumeState | None = None,
+    ):
         self.config = config
         self.run_dir = run_dir
         self.parts = components
-        self.stream = PromptStream(prompts, seed=config.seed)
+        resume = resume or ResumeState(step=0, stream_position=0, policy_version=0)
+        self.first_step = resume.step + 1
+        self.stream = PromptStream(prompts, seed=config.seed, position=resume.stream_position)
+        self.policy_version = resume.policy_version
         self.sampling = config.sampling()
-        self.policy_version = 0
         self._reward_task = None
+        self._stop_requested = False
+        self._prefetch = None  # async mode: the next step's generation, running in the background
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
+        components.pool.on_engine_ready = self._sync_new_engine
+
+    def _sync_new_engine(self, engine_id: int, actor) -> None:
+        """A new or replacement engine serves only once it holds the current policy."""
+        self.parts.transport.sync(self.parts.learner, {engine_id: actor}, self.policy_version)
 
     def run(self) -> list[dict]:
+        """Run the remaining steps. Ctrl-C finishes the current step, checkpoints and returns;
+        a second Ctrl-C aborts at once."""
         log = MetricsLog(self.run_dir.metrics)
+        previous = signal.signal(signal.SIGINT, self._on_interrupt)
         try:
-            for step in range(1, self.config.max_steps + 1):
+            for step in range(self.first_step, self.config.max_steps + 1):
                 metrics = self.step(step)
                 log.write(metrics)
                 print(progress_line(metrics, self.config.max_steps), flush=True)
-                if step % self.config.plot_steps == 0 or step == self.config.max_steps:
+                last = step == self.config.max_steps or self._stop_requested
+                if step % self.config.plot_steps == 0 or last:
                     plots.draw(read_metrics(self.run_dir.metrics), self.run_dir.plots)
-                if (self.config.save_steps and step % self.config.save_steps == 0) or step == self.config.max_steps:
+                if (self.config.save_steps and step % self.config.save_steps == 0) or last:
                     self.save(step)
+                if self._stop_requested:
+                    print(f"stopped after step {step}; continue with: python -m orchestrator train --resume {self.run_dir.root}")
+                    break
         finally:
+            signal.signal(signal.SIGINT, previous)
             log.close()
+            self._executor.shutdown(wait=True)  # a background generation finishes before the pool stops
         return read_metrics(self.run_dir.metrics)
+
+    def _on_interrupt(self, signum, frame) -> None:
+        if self._stop_requested:
+            raise KeyboardInterrupt
+        self._stop_requested = True
+        print("\ninterrupt: finishing this step, then saving a checkpoint (Ctrl-C again to abort)", flush=True)
+
+    def _generate(self) -> pa.Table:
+        requests = self._requests(self.config.prompts_per_step)
+        return rollout_table(requests, self.parts.pool.generate(requests))
+
+    def _next_batch(self, step: int) -> pa.Table:
+        """On-policy (max_staleness 0): generate now. Async (max_staleness >= 1): take the batch
+        generated while the previous step trained, and start generating the next one, which then
+        overlaps this step's reward, training and sync."""
+        if self.config.max_staleness == 0:
+            return self._generate()
+        if self._prefetch is None:
+            self._prefetch = self._executor.submit(self._generate)
+        table = self._prefetch.result()
+        self._prefetch = self._executor.submit(self._generate) if step < self.config.max_steps else None
+        oldest = min(table.column("policy_version").to_pylist())
+        if oldest < self.policy_version - self.config.max_staleness:
+            raise RuntimeError(
+                f"step {step}: a sample of policy {oldest} is older than max_staleness={self.config.max_staleness} "
+                f"allows (current policy {self.policy_version})"
+            )
+        return table
 
     def step(self, step: int) -> dict:
         import ray
 
         start = time.perf_counter()
-        requests = self._requests(self.config.prompts_per_step)
-        results = self.parts.pool.generate(requests)
-        table = rollout_table(requests, results)
+        table = self._next_batch(step)
         generated = time.perf_counter()
 
-        scores = ray.get(self._score(table))
+        scores = _unwrap(self._score(table))
         rewards = np.asarray(scores["reward"])
         advantages = group_advantages(rewards, np.asarray(table.column("group_id")), self.config.scale_rewards)
         scored = time.perf_counter()
@@ -89,11 +143,16 @@ class GRPORun:
 
         table = self._with_training_columns(table, step, scores, advantages)
         write_parquet(table, self.run_dir.rollout_file(step))
+        versions = table.column("policy_version").to_pylist()
         metrics = {
             "step": step,
-            "policy_version": int(min(table.column("policy_version").to_pylist())),
+            "policy_version": int(min(versions)),
+            "staleness/max": int(self.policy_version - 1 - min(versions)),
             **rollout_metrics(table, self.parts.tokenizer.eos_token_id),
             **learner_metrics,
+            "reward_errors": scores["reward_errors"],
+            "engines": len(self.parts.pool.actors),
+            "engine_restarts": self.parts.pool.restarts,
             "weight_sync/bytes": sync.bytes,
             "weight_sync/checksum": sync.checksum,
             "time/generate": generated - start,
@@ -137,6 +196,7 @@ class GRPORun:
             sample_index=table.column("sample_index").to_pylist(),
             finish_reason=table.column("finish_reason").to_pylist(),
             stop_reason=table.column("stop_reason").to_pylist(),
+            error_score=self.config.reward_error_score,
         )
 
     @staticmethod
@@ -152,31 +212,51 @@ class GRPORun:
     def save(self, step: int) -> Path:
         import ray
 
-        folder = self.run_dir.checkpoint(step)
-        ray.get(self.parts.learner.save.remote(str(folder)))
-        return folder
+        state = ResumeState(step=step, stream_position=self.stream.position, policy_version=self.policy_version)
+        return self.run_dir.write_checkpoint(step, lambda folder: ray.get(self.parts.learner.save.remote(folder)), state)
 
 
-def start_components(config: TrainConfig, model: str, tokenizer: str) -> Components:
-    """Start the learner, take the canonical tokenizer from it, start the pool on that tokenizer."""
+def _unwrap(ref):
+    """ray.get, re-raising a user-facing error from a task as itself (no Ray traceback)."""
+    import ray
+
+    from orchestrator.errors import UserError
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as error:
+        if isinstance(error.cause, UserError):
+            raise error.cause from None
+        raise
+
+
+def start_components(
+    config: TrainConfig, model: str, tokenizer: str, resume_from: str | None = None, policy_version: int = 0
+) -> Components:
+    """Start the learner, take the canonical tokenizer and model config from it, and start the pool
+    on them: engines start with placeholder weights and serve only after the learner's weights
+    (`policy_version`) are loaded into them, so no node but the learner's needs the model files."""
     import ray
     from transformers import AutoTokenizer
 
-    from orchestrator.ray_runtime import init_ray
+    from orchestrator.placement.labels import LEARNER_ROLE
+    from orchestrator.placement.placement import detect
+    from orchestrator.ray_runtime import cluster_has_gpus, init_ray
     from orchestrator.rollout.pool import RolloutPool
     from workers.learner.actor import Learner
     from workers.weights.transport import make_transport
 
     rollout = config.rollout
     init_ray(num_cpus=rollout.engines * rollout.num_cpus_per_engine + config.learner.num_cpus + 1)
-    learner = ray.remote(Learner).options(num_cpus=config.learner.num_cpus, num_gpus=config.learner.num_gpus).remote(
-        config, model, tokenizer
-    )
+    placement = detect()
+    options, _ = placement.actor_options(LEARNER_ROLE, config.learner.num_cpus, config.learner.num_gpus, rollout.startup_timeout_s)
+    learner = ray.remote(Learner).options(**options).remote(config, model, tokenizer, resume_from)
     bundle = ray.get(learner.canonical_tokenizer.remote())
     with tempfile.TemporaryDirectory(prefix="canonical-tokenizer-") as folder:
         canonical = AutoTokenizer.from_pretrained(bundle.write_to(Path(folder)))
-    pool = RolloutPool(model, canonical, rollout, seed=config.seed, engine_tokenizer=bundle).start()
-    transport = make_transport(
-        pool.device, config.weight_sync.timeout_s, config.weight_sync.bucket_mb << 20, rollout.tensor_parallel_size
-    )
+    device = "cuda" if cluster_has_gpus() else "cpu"
+    transport = make_transport(device, config.weight_sync.timeout_s, config.weight_sync.bucket_mb << 20, rollout.tensor_parallel_size)
+    pool = RolloutPool(None, canonical, rollout, seed=config.seed, engine_tokenizer=bundle, placement=placement)
+    pool.on_engine_ready = lambda engine_id, actor: transport.sync(learner, {engine_id: actor}, policy_version)
+    pool.start()
     return Components(learner=learner, pool=pool, transport=transport, tokenizer=canonical)

@@ -52,18 +52,83 @@ def _load_file(path: str):
     return module
 
 
-def score(specs: list[str], weights: list[float] | None, prompts, completions, completion_ids, **kwargs) -> dict[str, list[float]]:
-    """Every reward function on every sample, plus their weighted sum under "reward"."""
+def score(
+    specs: list[str],
+    weights: list[float] | None,
+    prompts,
+    completions,
+    completion_ids,
+    error_score: float | None = None,
+    **kwargs,
+) -> dict[str, list[float]]:
+    """Every reward function on every sample, plus their weighted sum under "reward".
+
+    A function that raises or returns NaN stops the run with an error naming the function and
+    the sample, unless `error_score` is set: then that sample scores `error_score` and is counted
+    under "reward_errors"."""
     weights = weights or [1.0] * len(specs)
     total = [0.0] * len(prompts)
-    scores = {}
+    scores, errors = {}, 0
     for spec, weight in zip(specs, weights):
-        values = resolve(spec)(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
-        values = _check(spec, values, len(prompts))
+        fn = resolve(spec)
+        try:
+            values = _check(spec, fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs), len(prompts))
+        except RewardError:
+            if error_score is None:
+                raise
+            values, failed = _per_sample(spec, fn, prompts, completions, completion_ids, kwargs, error_score)
+            errors += failed
+        except Exception as error:
+            if error_score is None:
+                index = _first_failing(fn, prompts, completions, completion_ids, kwargs)
+                where = f" on sample {index} ({_describe(index, completions, kwargs)})" if index is not None else ""
+                raise RewardError(f"reward function {spec!r} raised {type(error).__name__}: {error}{where}") from None
+            values, failed = _per_sample(spec, fn, prompts, completions, completion_ids, kwargs, error_score)
+            errors += failed
         scores[f"rewards/{spec}"] = values
         total = [t + weight * v for t, v in zip(total, values)]
     scores["reward"] = total
+    scores["reward_errors"] = errors
     return scores
+
+
+def _one(fn, prompts, completions, completion_ids, kwargs, i: int):
+    return fn(
+        prompts=prompts[i : i + 1],
+        completions=completions[i : i + 1],
+        completion_ids=completion_ids[i : i + 1],
+        **{k: v[i : i + 1] for k, v in kwargs.items()},
+    )
+
+
+def _first_failing(fn, prompts, completions, completion_ids, kwargs) -> int | None:
+    """Find which sample makes a batch call fail, by scoring samples one at a time."""
+    for i in range(len(prompts)):
+        try:
+            values = _one(fn, prompts, completions, completion_ids, kwargs, i)
+            if len(values) != 1 or math.isnan(float(values[0])):
+                return i
+        except Exception:
+            return i
+    return None
+
+
+def _per_sample(spec, fn, prompts, completions, completion_ids, kwargs, error_score: float) -> tuple[list[float], int]:
+    values, failed = [], 0
+    for i in range(len(prompts)):
+        try:
+            value = float(_one(fn, prompts, completions, completion_ids, kwargs, i)[0])
+            if math.isnan(value):
+                raise ValueError("NaN")
+        except Exception:
+            value, failed = error_score, failed + 1
+        values.append(value)
+    return values, failed
+
+
+def _describe(index: int, completions, kwargs) -> str:
+    parts = [f"{key} {kwargs[key][index]}" for key in ("group_id", "sample_index") if key in kwargs]
+    return ", ".join([*parts, f"completion {completions[index][:80]!r}"])
 
 
 def _check(spec: str, values, count: int) -> list[float]:

@@ -11,7 +11,7 @@ from orchestrator.tokenizer.bundle import TokenizerBundle, bundle_tokenizer
 class Learner:
     """Created through `ray.remote(Learner)`; every method is called remotely."""
 
-    def __init__(self, config: TrainConfig, model: str, tokenizer: str):
+    def __init__(self, config: TrainConfig, model: str, tokenizer: str, resume_from: str | None = None):
         import logging
         import warnings
 
@@ -22,10 +22,19 @@ class Learner:
         from workers.learner.grpo import GRPOLearner
 
         self._learner = GRPOLearner(config, model, tokenizer)
+        if resume_from is not None:
+            self._learner.load_state(resume_from)
 
     def canonical_tokenizer(self) -> TokenizerBundle:
-        """The tokenizer every engine must use: after added tokens and the pad fallback."""
-        return bundle_tokenizer(self._learner.tokenizer)
+        """The tokenizer every engine must use (after added tokens and the pad fallback), plus the
+        model's config.json, so engines can start without the model files and take the weights
+        from the learner."""
+        import json
+
+        bundle = bundle_tokenizer(self._learner.tokenizer)
+        config = self._learner.trainer.accelerator.unwrap_model(self._learner.model).config
+        files = {**bundle.files, "config.json": json.dumps(config.to_dict(), indent=2).encode()}
+        return TokenizerBundle(files=files)
 
     def train_step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         return self._learner.train_step(batch)

@@ -19,6 +19,9 @@ from workers.learner.model_setup import load_model, load_tokenizer
 from workers.weights.buckets import WeightBucket, checksum, pack
 
 
+LEARNER_STATE = "learner_state.pt"
+
+
 def _unused_reward(prompts, completions, **kwargs):  # GRPOTrainer wants one; rewards are ours
     raise RuntimeError("rewards are computed by the orchestrator")
 
@@ -122,7 +125,23 @@ class GRPOLearner:
         return buckets, checksum(buckets)
 
     def save(self, folder: str) -> None:
-        """An HF checkpoint (model + canonical tokenizer) that transformers and vLLM load as is."""
+        """An HF checkpoint (model + canonical tokenizer) that transformers and vLLM load as is, plus
+        `learner_state.pt` (optimizer, scheduler, RNG, policy version) for `train --resume`."""
         model = self.trainer.accelerator.unwrap_model(self.model)
         model.save_pretrained(folder, safe_serialization=True)
         self.tokenizer.save_pretrained(folder)
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.trainer.lr_scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "policy_version": self.policy_version,
+        }
+        torch.save(state, f"{folder}/{LEARNER_STATE}")
+
+    def load_state(self, folder: str) -> None:
+        """Continue exactly where `save` left off (the weights come from the same folder)."""
+        state = torch.load(f"{folder}/{LEARNER_STATE}", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.trainer.lr_scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        self.policy_version = state["policy_version"]

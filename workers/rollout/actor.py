@@ -1,7 +1,10 @@
 """`RolloutWorker`: the Ray actor that owns one `RolloutEngine`. A thin shell; logic lives in engine.py.
 
 It receives the canonical tokenizer as bytes (no shared filesystem assumed), writes it to a
-private folder, builds the engine on it, and reports the fingerprint of what vLLM loaded.
+private folder, builds the engine on it, and reports the fingerprint of what vLLM loaded. With
+`model=None` the bundle also carries the model's config.json: the engine starts with placeholder
+weights and serves only after the learner's weights have been loaded into it, so no node needs
+the model files.
 """
 
 from __future__ import annotations
@@ -19,16 +22,21 @@ from orchestrator.tokenizer.fingerprint import TokenizerFingerprint
 class RolloutWorker:
     """Created through `ray.remote(RolloutWorker)`; every method is called remotely."""
 
-    def __init__(self, engine_id: int, model: str, tokenizer: TokenizerBundle, config: RolloutConfig, device: str, seed: int):
+    def __init__(
+        self, engine_id: int, model: str | None, tokenizer: TokenizerBundle, config: RolloutConfig, device: str, seed: int
+    ):
         self.engine_id = engine_id
         self._folder = Path(tempfile.mkdtemp(prefix=f"rollout-{engine_id}-tokenizer-"))
         tokenizer.write_to(self._folder)
-        model_config = Path(model) / "config.json"
+        if model is None and not (self._folder / "config.json").is_file():
+            raise ValueError("model=None needs the model's config.json in the shipped bundle")
+        model_config = Path(model or self._folder) / "config.json"
         if model_config.is_file() and not (self._folder / "config.json").exists():
             # vLLM logs a loud (harmless) error for a tokenizer folder without a model config.
             shutil.copyfile(model_config, self._folder / "config.json")
-        self._args = (engine_id, model, self._folder, config, device, seed)
+        self._args = (engine_id, model or str(self._folder), self._folder, config, device, seed, model is None)
         self._engine = None
+        self._corrupt_next_load = False
 
     async def start(self) -> TokenizerFingerprint:
         """Build the engine (tens of seconds) and return the fingerprint of its tokenizer."""
@@ -47,6 +55,9 @@ class RolloutWorker:
         import asyncio
 
         buckets = await asyncio.gather(*bucket_refs)
+        if self._corrupt_next_load:
+            buckets[0] = _flip_one_byte(buckets[0])
+            self._corrupt_next_load = False
         return await self._engine.load_weights([bucket.to_wire() for bucket in buckets], version)
 
     async def init_nccl(self, init_info: dict) -> None:
@@ -54,6 +65,11 @@ class RolloutWorker:
 
     async def receive_nccl(self, metadata: dict, version: int) -> tuple[int, str]:
         return await self._engine.receive_nccl(metadata, version)
+
+    def corrupt_next_weight_load(self) -> None:
+        """Fault injection (tests): flip one byte of the next weights received, as a broken
+        transfer would; the provenance check must catch it."""
+        self._corrupt_next_load = True
 
     def policy_version(self) -> int:
         return self._engine.policy_version
@@ -68,3 +84,11 @@ class RolloutWorker:
             self._engine.shutdown()
             self._engine = None
         shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _flip_one_byte(bucket):
+    import dataclasses
+
+    data = bytearray(bucket.data)
+    data[len(data) // 2] ^= 0xFF
+    return dataclasses.replace(bucket, data=bytes(data))

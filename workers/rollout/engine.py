@@ -21,8 +21,11 @@ Device = Literal["cpu", "cuda"]
 CPU_KV_CACHE_BYTES = 256 << 20
 
 
-def engine_args(model: str, tokenizer_dir: Path, config: RolloutConfig, device: Device, seed: int):
-    """The vLLM engine arguments for one rollout engine on `device`."""
+def engine_args(
+    model: str, tokenizer_dir: Path, config: RolloutConfig, device: Device, seed: int, placeholder_weights: bool = False
+):
+    """The vLLM engine arguments for one rollout engine on `device`. With `placeholder_weights`
+    the engine starts from the model config alone and must be sent weights before it serves."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     on_cpu = device == "cpu"
@@ -40,20 +43,30 @@ def engine_args(model: str, tokenizer_dir: Path, config: RolloutConfig, device: 
         logprobs_mode="processed_logprobs",  # logprobs of the distribution actually sampled
         enforce_eager=on_cpu,  # graph capture / compile costs minutes on small CPUs and buys little
         disable_log_stats=True,
+        load_format="dummy" if placeholder_weights else "auto",
         worker_extension_cls="workers.rollout.weight_extension.WeightReceiver",
         weight_transfer_config=None if on_cpu else {"backend": "nccl"},
     )
 
 
 class RolloutEngine:
-    def __init__(self, engine_id: int, model: str, tokenizer_dir: Path, config: RolloutConfig, device: Device, seed: int = 0):
+    def __init__(
+        self,
+        engine_id: int,
+        model: str,
+        tokenizer_dir: Path,
+        config: RolloutConfig,
+        device: Device,
+        seed: int = 0,
+        placeholder_weights: bool = False,
+    ):
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.engine_id = engine_id
         self.config = config
         self.policy_version = 0
         self._request_ids = itertools.count()
-        self._llm = AsyncLLM.from_engine_args(engine_args(model, tokenizer_dir, config, device, seed))
+        self._llm = AsyncLLM.from_engine_args(engine_args(model, tokenizer_dir, config, device, seed, placeholder_weights))
         tokenizer = self._llm.get_tokenizer()
         self._eos_id = tokenizer.eos_token_id
         self._eos_text = tokenizer.eos_token

@@ -13,8 +13,10 @@ import abc
 import dataclasses
 import time
 
+from orchestrator.errors import RunError
 
-class WeightSyncError(RuntimeError):
+
+class WeightSyncError(RunError):
     """A sync missed its deadline, or an engine holds weights other than the learner's."""
 
 

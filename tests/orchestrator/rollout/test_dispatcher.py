@@ -33,3 +33,14 @@ def test_finishing_more_than_started_is_an_error():
     dispatcher = LeastLoadedDispatcher([0], capacity=2)
     with pytest.raises(RuntimeError):
         dispatcher.finished(0, 1)
+
+
+def test_removed_engine_takes_no_groups_and_late_finishes_are_ignored():
+    dispatcher = LeastLoadedDispatcher([0, 1], capacity=8)
+    dispatcher.started(0, 4)
+    dispatcher.remove(0)
+    dispatcher.finished(0, 4)  # a group of the dead engine reports late
+    assert dispatcher.pick(4) == 1
+    dispatcher.add(2)
+    dispatcher.started(1, 4)
+    assert dispatcher.pick(4) == 2

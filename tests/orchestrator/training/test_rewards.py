@@ -41,3 +41,17 @@ def test_bad_return_values_name_the_function_and_sample(tmp_path):
         score([f"{reward_file}:short"], None, ["a", "b"], ["x", "y"], [[1], [2]])
     with pytest.raises(RewardError, match=r"returned NaN for sample 1"):
         score([f"{reward_file}:nan"], None, ["a", "b"], ["x", "y"], [[1], [2]])
+
+
+def test_a_raising_reward_names_the_function_and_the_sample(tmp_path):
+    reward_file = tmp_path / "flaky.py"
+    reward_file.write_text(
+        "def picky(prompts, completions, **kw):\n"
+        "    return [1.0 / (len(c) - 3) for c in completions]\n"  # ZeroDivisionError on 3-character completions
+    )
+    args = ([f"{reward_file}:picky"], None, ["p"] * 3, ["long one", "abc", "x"], [[1], [2], [3]])
+    with pytest.raises(RewardError, match=r"raised ZeroDivisionError: .* on sample 1 \(group_id 7, sample_index 1, completion 'abc'\)"):
+        score(*args, group_id=[7, 7, 7], sample_index=[0, 1, 2])
+    scored = score(*args, error_score=-1.0, group_id=[7, 7, 7], sample_index=[0, 1, 2])
+    assert scored["reward"] == [0.2, -1.0, -0.5]
+    assert scored["reward_errors"] == 1

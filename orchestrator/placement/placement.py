@@ -1,0 +1,73 @@
+"""Where actors go: rollout engines on rollout nodes, the learner on learner nodes.
+
+One placement group per engine (its tensor-parallel GPUs packed on one node with `STRICT_PACK`), and
+one for the learner's GPUs as a gang. Nodes are chosen by Ray node labels (`role=rollout`,
+`role=learner`), or, on clusters without labels, by the custom resources `rollout_node` /
+`learner_node`. On one local node nothing is labelled and everything goes there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from orchestrator.errors import UserError
+from orchestrator.placement.labels import LEARNER_RESOURCE, LEARNER_ROLE, ROLE_LABEL, ROLLOUT_RESOURCE, ROLLOUT_ROLE
+
+Mode = Literal["labels", "resources", "local"]
+MARKER = 0.001  # a resource that marks a node: any number of actors can share it
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    mode: Mode
+
+    def bundles(self, role: str, count: int, cpus: float, gpus_each: int) -> tuple[list[dict], list[dict] | None]:
+        """Placement-group bundles (and their label selectors) for `count` devices of one actor."""
+        bundle = {"CPU": cpus / count}
+        if gpus_each:
+            bundle["GPU"] = gpus_each
+        if self.mode == "resources":
+            bundle[ROLLOUT_RESOURCE if role == ROLLOUT_ROLE else LEARNER_RESOURCE] = MARKER
+        selectors = [{ROLE_LABEL: role}] * count if self.mode == "labels" else None
+        return [dict(bundle) for _ in range(count)], selectors
+
+    def actor_options(self, role: str, cpus: float, gpus: int, timeout_s: float) -> tuple[dict, object | None]:
+        """Ray actor options placing one actor (with `gpus` GPUs, packed on one node) for `role`,
+        and the placement group reserved for it (None locally); remove the group with the actor."""
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if self.mode == "local":  # one unlabelled node: Ray's own scheduling is all it takes
+            return {"num_cpus": cpus, "num_gpus": gpus}, None
+        count = max(1, gpus)
+        bundles, selectors = self.bundles(role, count, cpus, 1 if gpus else 0)
+        group = ray.util.placement_group(bundles, strategy="STRICT_PACK", bundle_label_selector=selectors)
+        if not _ready(group, timeout_s):
+            ray.util.remove_placement_group(group)
+            raise UserError(
+                f"no {role} node can host {bundles} within {timeout_s}s (placement: {self.mode}); "
+                f"label nodes with {ROLE_LABEL}={role} (or give them the {role}_node resource) and check their free CPUs/GPUs"
+            )
+        strategy = PlacementGroupSchedulingStrategy(group, placement_group_capture_child_tasks=True)
+        return {"num_cpus": cpus, "num_gpus": gpus, "scheduling_strategy": strategy}, group
+
+
+def _ready(group, timeout_s: float) -> bool:
+    import ray
+
+    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+    return bool(ready)
+
+
+def detect() -> Placement:
+    """Labels if any alive node carries the role label, else resources if any node has the role
+    resources, else local (one node, nothing labelled)."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if any(ROLE_LABEL in (n.get("Labels") or {}) for n in nodes):
+        return Placement("labels")
+    if any(ROLLOUT_RESOURCE in (n.get("Resources") or {}) for n in nodes):
+        return Placement("resources")
+    return Placement("local")

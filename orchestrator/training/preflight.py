@@ -1,0 +1,76 @@
+"""Everything `train` checks before Ray or any engine starts, so bad input fails in seconds with a
+message that names what to fix, and no run folder is left behind."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from orchestrator.config.train import TrainConfig
+from orchestrator.errors import UserError
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    model: str  # path or hub name the engines and the learner load
+    tokenizer: str
+    prompts: list[str]
+    dropped_prompts: int
+
+
+def preflight(config: TrainConfig) -> Checked:
+    from orchestrator.models import check_token_ids, resolve_model
+    from orchestrator.training.rewards import resolve
+    from workers.learner.model_setup import load_tokenizer
+
+    prompts = _read_prompts(config)
+    for spec in config.reward_funcs:
+        resolve(spec)
+    model, tokenizer_name = resolve_model(config.model, config.tokenizer)
+    tokenizer = load_tokenizer(tokenizer_name, config.added_tokens, warn=False)  # the learner warns
+    _check_embedding_size(model, tokenizer, resized=bool(config.added_tokens))
+    check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
+    prompts, dropped = _check_prompt_lengths(prompts, tokenizer, config)
+    return Checked(model, tokenizer_name, prompts, dropped)
+
+
+def _read_prompts(config: TrainConfig) -> list[str]:
+    if config.prompts == "builtin:search":
+        from orchestrator.builtin import search_task
+
+        return search_task.all_prompts()
+    from orchestrator.data.prompts import read_prompts
+
+    return read_prompts(config.prompts)
+
+
+def _check_embedding_size(model: str, tokenizer, resized: bool) -> None:
+    config_file = Path(model) / "config.json"
+    if resized or not config_file.is_file():
+        return
+    vocab = json.loads(config_file.read_text()).get("vocab_size")
+    if vocab is not None and len(tokenizer) > vocab:
+        raise UserError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model's embedding ({config_file}: vocab_size) has "
+            f"{vocab}: use the model's tokenizer, or list the new tokens in added_tokens so the embeddings are resized"
+        )
+
+
+def _check_prompt_lengths(prompts: list[str], tokenizer, config: TrainConfig) -> tuple[list[str], int]:
+    limit = config.max_prompt_length
+    if limit is None:
+        return prompts, 0
+    kept = []
+    for index, prompt in enumerate(prompts):
+        length = len(tokenizer(prompt)["input_ids"])
+        if length <= limit:
+            kept.append(prompt)
+        elif not config.drop_long_prompts:
+            raise UserError(
+                f"prompt {index} ({config.prompts}) has {length} tokens, more than max_prompt_length={limit} "
+                "(raise max_prompt_length, or set drop_long_prompts: true to skip such prompts)"
+            )
+    if not kept:
+        raise UserError(f"every prompt is longer than max_prompt_length={limit}")
+    return kept, len(prompts) - len(kept)

@@ -1,0 +1,111 @@
+"""Bad input to `train` fails before Ray or any engine starts: exit 2, a message naming what to fix,
+no traceback, no run folder."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator.__main__ import main
+
+
+@pytest.fixture
+def prompts_file(tmp_path):
+    def write(lines: list[str]):
+        path = tmp_path / "prompts.jsonl"
+        path.write_text("".join(line + "\n" for line in lines))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def bigger_tokenizer(tiny, tmp_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny.tokenizer_dir)
+    tokenizer.add_tokens(["<extra>"], special_tokens=True)
+    tokenizer.save_pretrained(tmp_path / "bigger")
+    return tmp_path / "bigger"
+
+
+def _train(tmp_path, capsys, *overrides):
+    out = tmp_path / "run"
+    code = main(["train", f"output_dir={out}", *overrides])
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert "Traceback" not in captured.err + captured.out
+    assert not out.exists(), "a failed preflight must leave no run folder"
+    return captured.err
+
+
+def test_unknown_key_suggests_the_close_match(tmp_path, capsys):
+    assert "unknown config key 'num_generation'; did you mean 'num_generations'?" in _train(tmp_path, capsys, "num_generation=4")
+
+
+def test_wrong_value_type(tmp_path, capsys):
+    assert "config key 'learning_rate': Input should be a valid number" in _train(tmp_path, capsys, "learning_rate=fast")
+
+
+def test_num_generations_below_two(tmp_path, capsys):
+    assert "config key 'num_generations': Input should be greater than or equal to 2" in _train(tmp_path, capsys, "num_generations=1")
+
+
+def test_missing_model_and_tokenizer_paths(tmp_path, capsys, tiny):
+    assert f"model path {tmp_path}/nope does not exist" in _train(tmp_path, capsys, f"model={tmp_path}/nope")
+    err = _train(tmp_path, capsys, f"model={tiny.model_dir}", f"tokenizer={tmp_path}/nope")
+    assert f"tokenizer path {tmp_path}/nope does not exist" in err
+
+
+def test_tokenizer_larger_than_the_embedding(tmp_path, capsys, tiny, bigger_tokenizer, learner_tokenizer):
+    err = _train(tmp_path, capsys, f"model={tiny.model_dir}", f"tokenizer={bigger_tokenizer}")
+    vocab = len(learner_tokenizer)
+    assert f"the tokenizer has {vocab + 1} tokens but the model's embedding" in err and f"vocab_size) has {vocab}" in err
+    assert "added_tokens" in err
+
+
+def test_prompt_file_problems_name_file_and_line(tmp_path, capsys, prompts_file):
+    assert f"prompts file {tmp_path}/none.jsonl does not exist" in _train(tmp_path, capsys, f"prompts={tmp_path}/none.jsonl")
+    bad = prompts_file([json.dumps({"prompt": "ok"}), '{"prompt": "broken'])
+    assert f"{bad}:2: invalid JSON" in _train(tmp_path, capsys, f"prompts={bad}")
+    empty = prompts_file([json.dumps({"prompt": "ok"}), json.dumps({"prompt": ""})])
+    assert f"{empty}:2: empty prompt" in _train(tmp_path, capsys, f"prompts={empty}")
+
+
+def test_prompt_longer_than_max_prompt_length(tmp_path, capsys, prompts_file):
+    long = prompts_file([json.dumps({"prompt": "Q: what is apple ? A:"}), json.dumps({"prompt": "word " * 50})])
+    err = _train(tmp_path, capsys, f"prompts={long}", "max_prompt_length=20")
+    assert "prompt 1" in err and "more than max_prompt_length=20" in err and "drop_long_prompts" in err
+
+
+def test_drop_long_prompts_keeps_the_rest_and_counts(prompts_file):
+    from orchestrator.config.train import TrainConfig
+    from orchestrator.training.preflight import preflight
+
+    long = prompts_file([json.dumps({"prompt": "Q: what is apple ? A:"}), json.dumps({"prompt": "word " * 50})])
+    checked = preflight(TrainConfig(prompts=str(long), max_prompt_length=20, drop_long_prompts=True))
+    assert checked.prompts == ["Q: what is apple ? A:"] and checked.dropped_prompts == 1
+
+
+def test_stop_token_ids_outside_the_vocabulary(tmp_path, capsys, learner_tokenizer):
+    err = _train(tmp_path, capsys, "stop_token_ids=[3, 99999]")
+    last = len(learner_tokenizer) - 1
+    assert f"stop_token_ids: token ids [99999] are outside the tokenizer's vocabulary (0..{last})" in err
+
+
+def test_reward_function_that_cannot_be_imported(tmp_path, capsys):
+    broken = tmp_path / "broken_reward.py"
+    broken.write_text("import no_such_dependency_xyz\n")
+    err = _train(tmp_path, capsys, f"reward_funcs=[{broken}:score]")
+    assert f"cannot import '{broken}'" in err and "No module named 'no_such_dependency_xyz'" in err
+
+
+def test_as_a_user_runs_it_no_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "train", "--max_stepz", "3", f"output_dir={tmp_path}/run"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ") and "did you mean 'max_steps'?" in proc.stderr
+    assert "Traceback" not in proc.stderr

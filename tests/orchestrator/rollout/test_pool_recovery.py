@@ -1,0 +1,46 @@
+"""A dead engine is replaced; its groups are generated elsewhere exactly once; the replacement
+serves only with the canonical tokenizer and the current weights. Runs after test_pool.py: it
+replaces one of the session pool's engines."""
+
+import collections
+
+import psutil
+import pytest
+
+from orchestrator.builtin import search_task
+from orchestrator.config.sampling import SamplingConfig
+from orchestrator.rollout.groups import make_groups
+from orchestrator.rollout.table import rollout_table
+
+pytestmark = pytest.mark.engines
+
+
+def _vllm_engine_process(actor_pid: int) -> psutil.Process:
+    for child in psutil.Process(actor_pid).children(recursive=True):
+        if "EngineCore" in " ".join(child.cmdline()) or "EngineCore" in child.name():
+            return child
+    raise AssertionError(f"no vLLM engine process under actor pid {actor_pid}")
+
+
+def test_killed_engine_process_is_replaced_and_its_groups_are_not_lost(pool, learner_tokenizer):
+    import ray
+
+    synced = []
+    pool.on_engine_ready = lambda engine_id, actor: synced.append(engine_id)  # the train loop syncs weights here
+    victim = min(pool.actors)
+    _vllm_engine_process(pool.engine_pids()[victim]).kill()  # SIGKILL from outside, by pid
+
+    prompts = search_task.prompts(12, seed=11)
+    requests = make_groups(prompts, [learner_tokenizer(p)["input_ids"] for p in prompts], 3, SamplingConfig(max_tokens=12, seed=0))
+    rows = rollout_table(requests, pool.generate(requests)).to_pylist()
+    assert [(r["group_id"], r["sample_index"]) for r in rows] == [(g, s) for g in range(12) for s in range(3)]
+    assert victim not in {r["engine_id"] for r in rows}
+    assert pool.restarts == 1 and victim not in pool.actors
+
+    pool._wait_for_starting(block=True)  # the replacement: fingerprint checked, then synced
+    [replacement] = synced
+    assert replacement in pool.actors and replacement not in (victim,)
+    rows = rollout_table(requests, pool.generate(requests)).to_pylist()
+    assert collections.Counter(r["engine_id"] for r in rows)[replacement] > 0
+    pool.on_engine_ready = None
+    ray.get([actor.pid.remote() for actor in pool.actors.values()])
