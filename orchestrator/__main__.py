@@ -63,6 +63,17 @@ def _report_parser(commands) -> None:
     p.add_argument("run_dir", help="the output_dir of a train run")
 
 
+def _scale_parser(commands) -> None:
+    p = commands.add_parser(
+        "scale",
+        help="grow or shrink a running train run's rollout pool",
+        description="Ask a running train run to use N rollout engines from its next step on: new engines get the "
+        "canonical tokenizer and the current weights before they serve; removed engines finish their groups first.",
+    )
+    p.add_argument("run_dir", help="the output_dir of the running train run")
+    p.add_argument("--engines", type=int, required=True, help="the number of rollout engines wanted")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m orchestrator",
@@ -72,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     _generate_parser(commands)
     _train_parser(commands)
     _report_parser(commands)
+    _scale_parser(commands)
     return parser
 
 
@@ -107,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
             from orchestrator.commands.train import run_train
 
             return run_train(args)
+        if args.command == "scale":
+            from orchestrator.commands.scale import run_scale
+
+            return run_scale(args)
         if args.command == "report":
             from orchestrator.commands.report import run_report
 

@@ -32,9 +32,11 @@ class Placement:
         selectors = [{ROLE_LABEL: role}] * count if self.mode == "labels" else None
         return [dict(bundle) for _ in range(count)], selectors
 
-    def actor_options(self, role: str, cpus: float, gpus: int, timeout_s: float) -> tuple[dict, object | None]:
+    def actor_options(self, role: str, cpus: float, gpus: int, timeout_s: float | None) -> tuple[dict, object | None]:
         """Ray actor options placing one actor (with `gpus` GPUs, packed on one node) for `role`,
-        and the placement group reserved for it (None locally); remove the group with the actor."""
+        and the placement group reserved for it (None locally); remove the group with the actor.
+        With a `timeout_s`, wait that long for a node and fail with advice if none fits; with None,
+        return at once (the actor then starts whenever a node frees up)."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -43,7 +45,7 @@ class Placement:
         count = max(1, gpus)
         bundles, selectors = self.bundles(role, count, cpus, 1 if gpus else 0)
         group = ray.util.placement_group(bundles, strategy="STRICT_PACK", bundle_label_selector=selectors)
-        if not _ready(group, timeout_s):
+        if timeout_s is not None and not _ready(group, timeout_s):
             ray.util.remove_placement_group(group)
             raise UserError(
                 f"no {role} node can host {bundles} within {timeout_s}s (placement: {self.mode}); "

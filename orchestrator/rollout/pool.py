@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from orchestrator.config.rollout import RolloutConfig
 from orchestrator.errors import RunError, UserError
+from orchestrator.placement.labels import ROLE_LABEL, ROLLOUT_ROLE
 from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
 from orchestrator.rollout.groups import GroupRequest, GroupResult
 from orchestrator.tokenizer.bundle import TokenizerBundle, bundle_tokenizer
@@ -71,6 +72,7 @@ class RolloutPool:
         self._next_id = 0
         self._bundle_ref = None
         self._groups: dict[int, object] = {}  # engine id -> its placement group (None locally)
+        self.draining: set[int] = set()  # engines that take no new groups and stop once idle
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -100,13 +102,11 @@ class RolloutPool:
 
         from workers.rollout.actor import RolloutWorker
 
-        from orchestrator.placement.labels import ROLLOUT_ROLE
-
         engine_id, self._next_id = self._next_id, self._next_id + 1
         gpus = self.config.tensor_parallel_size if self.device == "cuda" else 0
-        options, self._groups[engine_id] = self.placement.actor_options(
-            ROLLOUT_ROLE, self.config.num_cpus_per_engine, gpus, self.config.startup_timeout_s
-        )
+        # Never block here (a replacement must not stall generation): an engine that finds no node
+        # misses its start deadline and the pool goes on without it.
+        options, self._groups[engine_id] = self.placement.actor_options(ROLLOUT_ROLE, self.config.num_cpus_per_engine, gpus, None)
         actor = (
             ray.remote(RolloutWorker)
             .options(**options, max_concurrency=10_000)
@@ -136,7 +136,9 @@ class RolloutPool:
                     del self.starting[engine_id]
                     self._kill(engine_id, entry.actor)
                     self._fail_or_warn(
-                        strict, f"engine {engine_id} did not start within rollout.startup_timeout_s={self.config.startup_timeout_s}s"
+                        strict,
+                        f"engine {engine_id} did not start within rollout.startup_timeout_s={self.config.startup_timeout_s}s "
+                        f"(placement: {self.placement.mode}; is a node with {ROLE_LABEL}={ROLLOUT_ROLE} and free resources up?)",
                     )
             if not block or (admitted and not strict):
                 break
@@ -174,6 +176,9 @@ class RolloutPool:
         if actor is None:
             return  # already handled for another of its groups
         self._kill(engine_id, actor)
+        if engine_id in self.draining:  # it was leaving anyway
+            self.draining.discard(engine_id)
+            return
         if self.restarts >= self.config.max_restarts:
             print(f"warning: engine {engine_id} died ({_reason(error)}); rollout.max_restarts reached, not replacing it", flush=True)
             return
@@ -185,8 +190,28 @@ class RolloutPool:
             flush=True,
         )
 
+    def resize(self, engines: int) -> None:
+        """Grow or shrink to `engines`. New engines start in the background and serve once ready and
+        synced; surplus engines stop taking groups, finish the groups they hold, then stop."""
+        if engines < 1:
+            raise UserError(f"a pool needs at least 1 engine, asked for {engines}")
+        self.draining &= set(self.actors)
+        live = len(self.actors) + len(self.starting) - len(self.draining)
+        for _ in range(engines - live):
+            self.add_engine()
+        surplus = sorted(set(self.actors) - self.draining, reverse=True)[: max(0, live - engines)]
+        self.draining.update(surplus)
+        if surplus:
+            print(f"draining engine(s) {surplus}: they finish their groups, then stop", flush=True)
+
+    def _stop_drained(self, busy: set[int]) -> None:
+        for engine_id in sorted(self.draining - busy):
+            if engine_id in self.actors:
+                self.remove_engine(engine_id)
+            self.draining.discard(engine_id)
+
     def remove_engine(self, engine_id: int) -> None:
-        """Stop an idle engine (call between `generate` calls; `generate` drains before returning)."""
+        """Stop an engine now (`resize` is the graceful way: it drains first)."""
         import ray
 
         actor = self.actors.pop(engine_id)
@@ -221,8 +246,11 @@ class RolloutPool:
         inflight: dict[object, tuple[int, GroupRequest]] = {}
         results = []
         while pending or inflight:
-            for engine_id in self._wait_for_starting(block=not self.actors and not inflight):
+            for engine_id in self._wait_for_starting(block=not (set(self.actors) - self.draining) and not inflight):
                 dispatcher.add(engine_id)
+            for engine_id in self.draining:
+                dispatcher.remove(engine_id)
+            self._stop_drained(busy={engine_id for engine_id, _ in inflight.values()})
             if not self.actors and not inflight:
                 raise EngineFailedError("no rollout engine is left to generate with")
             while pending and (engine_id := dispatcher.pick(pending[0].num_generations)) is not None:
@@ -245,6 +273,7 @@ class RolloutPool:
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
+        self._stop_drained(busy=set())
         return results
 
     def engine_pids(self) -> dict[int, int]:

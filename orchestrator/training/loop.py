@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import json
 import signal
 import tempfile
 import time
@@ -61,6 +62,7 @@ class GRPORun:
         self.sampling = config.sampling()
         self._reward_task = None
         self._stop_requested = False
+        self._control_seen = None
         self._prefetch = None  # async mode: the next step's generation, running in the background
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
         components.pool.on_engine_ready = self._sync_new_engine
@@ -121,9 +123,21 @@ class GRPORun:
             )
         return table
 
+    def _apply_control(self) -> None:
+        """Pick up `python -m orchestrator scale RUN_DIR --engines N` between steps."""
+        path = self.run_dir.control
+        if not path.is_file() or path.stat().st_mtime_ns == self._control_seen:
+            return
+        self._control_seen = path.stat().st_mtime_ns
+        engines = json.loads(path.read_text()).get("engines")
+        if engines is not None:
+            print(f"scaling the rollout pool to {engines} engine(s)", flush=True)
+            self.parts.pool.resize(int(engines))
+
     def step(self, step: int) -> dict:
         import ray
 
+        self._apply_control()
         start = time.perf_counter()
         table = self._next_batch(step)
         generated = time.perf_counter()

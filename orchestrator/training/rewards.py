@@ -15,7 +15,10 @@ from pathlib import Path
 
 from orchestrator.errors import UserError
 
-BUILTIN = {"search_call": "orchestrator.builtin.search_task:search_call_reward"}
+BUILTIN = {
+    "search_call": "orchestrator.builtin.search_task:search_call_reward",
+    "summary_length": "orchestrator.builtin.length_reward:summary_length",
+}
 
 
 class RewardError(UserError):

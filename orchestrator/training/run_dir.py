@@ -5,6 +5,7 @@
     rollouts/step-NNNNNN.parquet   every sample of the step (rollout schema + step, reward, advantage)
     plots/reward.png, plots/timings.png
     checkpoints/step-NNNNNN/       HF model + canonical tokenizer (transformers and vLLM load it as is)
+    control.json           run-time requests (rollout engine count), read at the start of every step
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class RunDir:
         self.rollouts = root / "rollouts"
         self.plots = root / "plots"
         self.checkpoints = root / "checkpoints"
+        self.control = root / "control.json"  # written by `python -m orchestrator scale`, read each step
 
     @staticmethod
     def create(template: str) -> RunDir:

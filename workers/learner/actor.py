@@ -66,6 +66,11 @@ class Learner:
         self._nccl.send(named, bucket_bytes)
         return "sent", sum(t.numel() * t.element_size() for _, t in named)
 
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def save(self, folder: str) -> str:
         self._learner.save(folder)
         return folder

@@ -74,6 +74,11 @@ class RolloutWorker:
     def policy_version(self) -> int:
         return self._engine.policy_version
 
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def pid(self) -> int:
         import os
 

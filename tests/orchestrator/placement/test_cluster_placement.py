@@ -1,0 +1,65 @@
+"""Placement on a simulated multi-node cluster (`ray.cluster_utils.Cluster`): rollout engines land
+only on nodes labelled role=rollout, the learner only on its node, and a short run works across
+them. Engines get the tokenizer as bytes and their weights from the learner: they read no files."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.engines
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from orchestrator.builtin import search_task
+    from orchestrator.builtin.tiny_model import tiny_model
+    from orchestrator.config.train import TrainConfig
+    from orchestrator.placement.labels import LEARNER_ROLE, ROLE_LABEL, ROLLOUT_ROLE
+    from orchestrator.training.loop import GRPORun, start_components
+    from orchestrator.training.run_dir import RunDir
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    rollout_nodes = [cluster.add_node(num_cpus=1, labels={ROLE_LABEL: ROLLOUT_ROLE}) for _ in range(2)]
+    learner_node = cluster.add_node(num_cpus=2, labels={ROLE_LABEL: LEARNER_ROLE})
+    cluster.add_node(num_cpus=2)  # an unlabelled node that must stay unused
+    ray.init(address=cluster.address)
+
+    tiny = tiny_model()
+    config = TrainConfig(
+        prompts_per_step=2, num_generations=4, max_completion_length=12, max_steps=2, learning_rate=1e-3,
+        rollout={"engines": 2}, output_dir=sys.argv[1],
+    )
+    parts = start_components(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    run_dir = RunDir.create(config.output_dir)
+    run_dir.prepare({})
+    metrics = GRPORun(config, search_task.all_prompts(), run_dir, parts).run()
+    print("RESULT " + json.dumps({
+        "rollout_nodes": [n.node_id for n in rollout_nodes],
+        "learner_node": learner_node.node_id,
+        "engine_nodes": [ray.get(a.node_id.remote()) for a in parts.pool.actors.values()],
+        "learner_on": ray.get(parts.learner.node_id.remote()),
+        "placement": parts.pool.placement.mode,
+        "lp_diff": max(m["rollout/logprob_abs_diff"] for m in metrics),
+        "steps": len(metrics),
+    }))
+    parts.pool.shutdown()
+    ray.shutdown()
+    cluster.shutdown()
+    """
+)
+
+
+def test_engines_and_learner_land_on_their_labelled_nodes(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "run")], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert result["placement"] == "labels"
+    assert sorted(result["engine_nodes"]) == sorted(result["rollout_nodes"])  # one engine on each rollout node
+    assert result["learner_on"] == result["learner_node"]
+    assert result["steps"] == 2 and result["lp_diff"] < 0.01

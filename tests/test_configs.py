@@ -1,0 +1,23 @@
+"""Every shipped config loads as a valid TrainConfig (they are not run here; they must not rot)."""
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config.loading import load_config
+from orchestrator.config.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = sorted(ROOT.glob("configs/**/*.yaml")) + [ROOT / "orchestrator/builtin/default_train.yaml"]
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_shipped_config_is_valid(path):
+    config = load_config(TrainConfig, path, [])
+    assert config.max_steps >= 1
+
+
+def test_the_rayjob_entrypoint_config_exists():
+    rayjob = (ROOT / "deploy" / "rayjob.yaml").read_text()
+    referenced = [word for word in rayjob.split() if word.startswith("configs/") and word.endswith(".yaml")]
+    assert referenced and all((ROOT / ref).is_file() for ref in referenced)
