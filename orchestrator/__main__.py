@@ -74,6 +74,22 @@ def _scale_parser(commands) -> None:
     p.add_argument("--engines", type=int, required=True, help="the number of rollout engines wanted")
 
 
+def _bench_parser(commands) -> None:
+    p = commands.add_parser(
+        "bench",
+        help="throughput beside raw vLLM, HF generate and TRL's GRPOTrainer",
+        description="Measure generation (raw vLLM vs our pool vs HF generate), training (ours vs TRL GRPOTrainer "
+        "alone), weight sync (vs memory copy) and orchestration overhead on the same model and work.",
+    )
+    p.add_argument("--model", help="model folder (default: a ~20M-parameter Llama built here)")
+    p.add_argument("--prompts", type=int, default=8, help="prompts per step (default: %(default)s)")
+    p.add_argument("--num-generations", type=int, default=8, help="(default: %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=128, help="tokens per completion, EOS ignored (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=5, help="training steps per trainer (default: %(default)s)")
+    p.add_argument("--engines", type=int, default=1, help="engines in our pool (default: %(default)s)")
+    p.add_argument("--out", default="bench.json", help="JSON results (default: %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m orchestrator",
@@ -84,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     _train_parser(commands)
     _report_parser(commands)
     _scale_parser(commands)
+    _bench_parser(commands)
     return parser
 
 
@@ -119,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
             from orchestrator.commands.train import run_train
 
             return run_train(args)
+        if args.command == "bench":
+            from orchestrator.commands.bench import run_bench
+
+            return run_bench(args)
         if args.command == "scale":
             from orchestrator.commands.scale import run_scale
 

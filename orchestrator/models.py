@@ -14,23 +14,25 @@ def resolve_model(model: str | None, tokenizer: str | None) -> tuple[str, str]:
 
         built = tiny_model()
         return str(built.model_dir), tokenizer or str(built.tokenizer_dir)
+    model, tokenizer = _expand(model), _expand(tokenizer)
     for name, value in (("model", model), ("tokenizer", tokenizer)):
-        if value and _looks_like_path(value) and not Path(value).exists():
+        if value and value.startswith((".", "/")) and not Path(value).exists():
             raise UserError(f"{name} path {value} does not exist (expected a model folder or a hub name)")
     return model, tokenizer or model
 
 
-def _looks_like_path(value: str) -> bool:
-    return value.startswith((".", "/", "~")) or value.count("/") != 1 or Path(value).exists()
+def _expand(value: str | None) -> str | None:
+    return str(Path(value).expanduser()) if value and value.startswith("~") else value
 
 
 def load_tokenizer(name: str):
+    """The tokenizer at a path or hub name, exactly as saved; a failure is a one-line user error."""
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(name)
-    except OSError as error:
-        raise UserError(f"cannot load a tokenizer from {name}: {error}") from None
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot load a tokenizer from {name}: {str(error).splitlines()[0]}") from None
 
 
 def check_token_ids(token_ids: list[int], tokenizer, key: str) -> None:
@@ -38,3 +40,28 @@ def check_token_ids(token_ids: list[int], tokenizer, key: str) -> None:
     bad = [token for token in token_ids if not 0 <= token < vocab]
     if bad:
         raise UserError(f"{key}: token ids {bad} are outside the tokenizer's vocabulary (0..{vocab - 1})")
+
+
+def context_limit(model: str, max_model_len: int | None) -> int | None:
+    """Prompt + completion tokens an engine accepts: rollout.max_model_len, else the model's
+    max_position_embeddings (when its config.json is local), else unknown (None)."""
+    if max_model_len is not None:
+        return max_model_len
+    config = Path(model) / "config.json"
+    if config.is_file():
+        import json
+
+        return json.loads(config.read_text()).get("max_position_embeddings")
+    return None
+
+
+def check_prompt_fits(lengths: list[int], max_new_tokens: int, limit: int | None, where: str) -> None:
+    """Fail before any engine starts if a prompt plus its completion budget exceeds the context."""
+    if limit is None:
+        return
+    for index, length in enumerate(lengths):
+        if length + max_new_tokens > limit:
+            raise UserError(
+                f"prompt {index} ({where}) has {length} tokens; with {max_new_tokens} completion tokens that exceeds the "
+                f"model's context of {limit} (shorten the prompt, lower the completion budget, or raise rollout.max_model_len)"
+            )

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 
+LOCAL_HEADROOM_CPUS = 8
+
 
 def init_ray(num_cpus: float | None = None) -> None:
-    """Start or join Ray once per process. Locally, reserve at least `num_cpus` logical CPUs.
+    """Start or join Ray once per process. Locally, advertise at least `num_cpus` logical CPUs.
 
     Rollout engines and the learner reserve CPUs for scheduling; on a 2-core laptop they must
-    still all fit, so the local cluster advertises as many logical CPUs as the run asks for.
+    still all fit, so the local cluster advertises what the run asks for plus room for engines
+    added later (replacements, `orchestrator scale`). Logical CPUs only gate scheduling.
     """
     import ray
 
@@ -19,7 +22,7 @@ def init_ray(num_cpus: float | None = None) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(runtime_env={"env_vars": env}, log_to_driver=True)
         return
-    cpus = max(float(os.cpu_count() or 1), num_cpus or 0.0)
+    cpus = max(float(os.cpu_count() or 1), num_cpus or 0.0) + LOCAL_HEADROOM_CPUS
     ray.init(num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=True)
 
 

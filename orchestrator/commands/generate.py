@@ -7,6 +7,7 @@ tokenizer paths, the stop token ids. The table is written atomically at the end.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def run_generate(args: argparse.Namespace) -> int:
         raise UserError(f"--out {out}: expected a .parquet file")
     prompts = _prompts(args.prompts)
 
-    from orchestrator.models import check_token_ids, load_tokenizer, resolve_model
+    from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, load_tokenizer, resolve_model
     from orchestrator.rollout.groups import make_groups
     from orchestrator.rollout.pool import RolloutPool
     from orchestrator.rollout.table import rollout_table, write_parquet
@@ -54,9 +55,16 @@ def run_generate(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(tokenizer_name)
     check_token_ids(sampling.stop_token_ids, tokenizer, "--stop-token-ids")
     prompt_ids = [tokenizer(prompt)["input_ids"] for prompt in prompts]
+    limit = context_limit(model, rollout.max_model_len)
+    check_prompt_fits([len(ids) for ids in prompt_ids], sampling.max_tokens, limit, args.prompts or "built-in prompts")
     requests = make_groups(prompts, prompt_ids, args.num_generations, sampling)
 
-    with RolloutPool(model, tokenizer, rollout, seed=args.seed or 0) as pool:
+    pool = RolloutPool(model, tokenizer, rollout, seed=args.seed or 0)
+    config_file = Path(model) / "config.json"
+    if config_file.is_file():
+        longest = max(len(ids) for ids in prompt_ids)
+        pool.size_for(json.loads(config_file.read_text()), len(requests) * args.num_generations, longest + sampling.max_tokens)
+    with pool:
         results, seconds = _generate_with_progress(pool, requests)
     table = rollout_table(requests, results)
     write_parquet(table, out)

@@ -13,7 +13,9 @@ import numpy as np
 
 from orchestrator.errors import UserError
 
-PHASES = ("time/generate", "time/reward", "time/train", "time/sync", "time/step")
+from orchestrator.training.plots import PHASES as STEP_PHASES
+
+PHASES = (*STEP_PHASES, "time/step")
 
 
 def run_report(args: argparse.Namespace) -> int:

@@ -41,7 +41,12 @@ def run_train(args: argparse.Namespace) -> int:
     from orchestrator.training.loop import GRPORun, start_components
 
     components = start_components(
-        config, model, tokenizer, resume_from=model if resume else None, policy_version=resume.policy_version if resume else 0
+        config,
+        model,
+        tokenizer,
+        resume_from=model if resume else None,
+        policy_version=resume.policy_version if resume else 0,
+        max_prompt_tokens=checked.longest_prompt,
     )
     try:
         metrics = GRPORun(config, checked.prompts, run_dir, components, resume).run()

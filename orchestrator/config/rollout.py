@@ -16,7 +16,10 @@ class RolloutConfig(StrictModel):
     )
     max_model_len: int | None = Field(None, ge=16, description="Prompt + completion limit; default from the model.")
     kv_cache_memory_bytes: int | None = Field(
-        None, ge=1 << 20, description="KV cache size per engine. On CPU default 256 MiB; on GPU vLLM's own sizing."
+        None,
+        ge=1 << 20,
+        description="KV cache size per engine. Default on CPU: enough for max_inflight_samples at full length "
+        "(at least 256 MiB); on GPU: vLLM's own sizing from gpu_memory_utilization.",
     )
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="GPU only: vLLM memory share.")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine.")

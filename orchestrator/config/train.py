@@ -68,8 +68,9 @@ class TrainConfig(StrictModel):
     max_staleness: int = Field(
         0,
         ge=0,
-        description="0: on-policy (generate only with the current weights). >= 1: generate step t+1 while the "
-        "learner trains step t; no trained sample is older than current policy minus this. Off-policy samples are "
+        le=1,
+        description="0: on-policy (generate only with the current weights). 1: generate step t+1 while the "
+        "learner trains step t; no trained sample is more than one policy version old. Off-policy samples are "
         "corrected by TRL's clipped importance ratio against the engines' logprobs.",
     )
     # Stops (forwarded to every engine untouched)
@@ -82,7 +83,6 @@ class TrainConfig(StrictModel):
     output_dir: str = Field("runs/{time}", description="Run folder; '{time}' becomes the start time.")
     save_steps: int = Field(0, ge=0, description="Checkpoint every N steps (0: only at the end).")
     plot_steps: int = Field(5, ge=1, description="Redraw the PNG plots every N steps.")
-    tensorboard: bool = Field(False, description="Also log to TensorBoard (if installed).")
     # Components
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="The vLLM engine pool.")
     learner: LearnerConfig = Field(default_factory=LearnerConfig, description="The learner actor.")

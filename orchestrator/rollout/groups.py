@@ -46,14 +46,14 @@ class GroupShapeError(RuntimeError):
 
 
 def make_groups(
-    prompts: list[str], prompt_ids: list[list[int]], num_generations: int, sampling: SamplingConfig, first_group_id: int = 0
+    prompts: list[str], prompt_ids: list[list[int]], num_generations: int, sampling: SamplingConfig
 ) -> list[GroupRequest]:
     """One group per prompt, in order; duplicates stay separate groups."""
     if len(prompts) != len(prompt_ids):
         raise ValueError(f"{len(prompts)} prompts but {len(prompt_ids)} tokenized prompts")
     return [
         GroupRequest(
-            group_id=first_group_id + index,
+            group_id=index,
             prompt_index=index,
             prompt=text,
             prompt_ids=list(ids),

@@ -76,6 +76,21 @@ class RolloutPool:
 
     # --- lifecycle -------------------------------------------------------------------------------
 
+    def size_for(self, model_config: dict, samples_in_flight: int, tokens_per_sample: int) -> None:
+        """On CPU, size each engine's KV cache for the work (unless the user set it) and cap the
+        samples an engine holds to what was sized; see kv_cache.py for why this matters."""
+        from orchestrator.rollout.kv_cache import cpu_kv_cache_bytes
+
+        if self.config.kv_cache_memory_bytes is not None:
+            return
+        inflight = min(self.config.max_inflight_samples, samples_in_flight)
+        self.config = self.config.model_copy(
+            update={
+                "max_inflight_samples": inflight,
+                "kv_cache_memory_bytes": cpu_kv_cache_bytes(model_config, inflight, tokens_per_sample),
+            }
+        )
+
     def start(self) -> RolloutPool:
         import ray
 
@@ -161,7 +176,12 @@ class RolloutPool:
                 + "\n  ".join(f"engine {engine_id}: {line}" for line in problems)
             )
         if self.on_engine_ready is not None:
-            self.on_engine_ready(engine_id, entry.actor)  # current weights before the first request
+            try:
+                self.on_engine_ready(engine_id, entry.actor)  # current weights before the first request
+            except Exception as error:
+                self._kill(engine_id, entry.actor)
+                self._fail_or_warn(strict, f"engine {engine_id} could not load the current weights: {_reason(error)}")
+                return False
         self.actors[engine_id] = entry.actor
         return True
 
@@ -170,7 +190,7 @@ class RolloutPool:
             raise EngineFailedError(message)
         print(f"warning: {message}; continuing with {len(self.actors)} engine(s)", flush=True)
 
-    def _engine_died(self, engine_id: int, error: BaseException) -> None:
+    def engine_died(self, engine_id: int, error: BaseException) -> None:
         """Drop a dead engine and start its replacement (which serves once ready and synced)."""
         actor = self.actors.pop(engine_id, None)
         if actor is None:
@@ -192,14 +212,18 @@ class RolloutPool:
 
     def resize(self, engines: int) -> None:
         """Grow or shrink to `engines`. New engines start in the background and serve once ready and
-        synced; surplus engines stop taking groups, finish the groups they hold, then stop."""
+        synced; when shrinking, engines still starting are cancelled first, then the newest serving
+        engines stop taking groups, finish the groups they hold, and stop."""
         if engines < 1:
             raise UserError(f"a pool needs at least 1 engine, asked for {engines}")
         self.draining &= set(self.actors)
-        live = len(self.actors) + len(self.starting) - len(self.draining)
-        for _ in range(engines - live):
+        serving = sorted(set(self.actors) - self.draining)
+        for _ in range(engines - len(serving) - len(self.starting)):
             self.add_engine()
-        surplus = sorted(set(self.actors) - self.draining, reverse=True)[: max(0, live - engines)]
+        while self.starting and len(serving) + len(self.starting) > engines:
+            engine_id = max(self.starting)
+            self._kill(engine_id, self.starting.pop(engine_id).actor)
+        surplus = serving[engines:] if len(serving) > engines else []
         self.draining.update(surplus)
         if surplus:
             print(f"draining engine(s) {surplus}: they finish their groups, then stop", flush=True)
@@ -264,9 +288,9 @@ class RolloutPool:
                 try:
                     result = ray.get(ref)
                 except ray.exceptions.RayError as error:
-                    if not _is_engine_death(error):
+                    if not is_engine_death(error):
                         raise
-                    self._engine_died(engine_id, error)
+                    self.engine_died(engine_id, error)
                     dispatcher.remove(engine_id)
                     pending.appendleft(request)  # generated again on a live engine, exactly once
                     continue
@@ -301,7 +325,7 @@ class RolloutPool:
         self.shutdown()
 
 
-def _is_engine_death(error: BaseException) -> bool:
+def is_engine_death(error: BaseException) -> bool:
     import ray
 
     if isinstance(error, ray.exceptions.RayActorError):

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from orchestrator.config.train import TrainConfig
 from orchestrator.data.stream import PromptStream
+from orchestrator.errors import RunError
 from orchestrator.rollout.groups import GroupRequest
 from orchestrator.rollout.table import rollout_table, write_parquet
 from orchestrator.training import plots
@@ -62,14 +63,18 @@ class GRPORun:
         self.sampling = config.sampling()
         self._reward_task = None
         self._stop_requested = False
-        self._control_seen = None
+        # A control request left from before a resume is history, not a new request.
+        self._control_seen = run_dir.control.stat().st_mtime_ns if run_dir.control.is_file() else None
         self._prefetch = None  # async mode: the next step's generation, running in the background
+        self._prefetched_groups = 0
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
         components.pool.on_engine_ready = self._sync_new_engine
 
     def _sync_new_engine(self, engine_id: int, actor) -> None:
         """A new or replacement engine serves only once it holds the current policy."""
-        self.parts.transport.sync(self.parts.learner, {engine_id: actor}, self.policy_version)
+        report = self.parts.transport.sync(self.parts.learner, {engine_id: actor}, self.policy_version)
+        if report.dead:
+            raise RuntimeError(f"engine {engine_id} died while loading the current weights")
 
     def run(self) -> list[dict]:
         """Run the remaining steps. Ctrl-C finishes the current step, checkpoints and returns;
@@ -101,23 +106,30 @@ class GRPORun:
         self._stop_requested = True
         print("\ninterrupt: finishing this step, then saving a checkpoint (Ctrl-C again to abort)", flush=True)
 
-    def _generate(self) -> pa.Table:
-        requests = self._requests(self.config.prompts_per_step)
+    def _generate(self, requests: list[GroupRequest]) -> pa.Table:
+        """Runs on the thread that owns the pool (the generation thread in async mode), so pool
+        changes (scaling requests, replacements) never race with a running `generate`."""
+        self._apply_control()
         return rollout_table(requests, self.parts.pool.generate(requests))
+
+    def _submit_generation(self):
+        requests = self._requests(self.config.prompts_per_step)  # the stream advances on the main thread
+        self._prefetched_groups = len(requests)
+        return self._executor.submit(self._generate, requests)
 
     def _next_batch(self, step: int) -> pa.Table:
         """On-policy (max_staleness 0): generate now. Async (max_staleness >= 1): take the batch
         generated while the previous step trained, and start generating the next one, which then
         overlaps this step's reward, training and sync."""
         if self.config.max_staleness == 0:
-            return self._generate()
+            return self._generate(self._requests(self.config.prompts_per_step))
         if self._prefetch is None:
-            self._prefetch = self._executor.submit(self._generate)
+            self._prefetch = self._submit_generation()
         table = self._prefetch.result()
-        self._prefetch = self._executor.submit(self._generate) if step < self.config.max_steps else None
+        self._prefetch = self._submit_generation() if step < self.config.max_steps else None
         oldest = min(table.column("policy_version").to_pylist())
         if oldest < self.policy_version - self.config.max_staleness:
-            raise RuntimeError(
+            raise RunError(
                 f"step {step}: a sample of policy {oldest} is older than max_staleness={self.config.max_staleness} "
                 f"allows (current policy {self.policy_version})"
             )
@@ -137,7 +149,6 @@ class GRPORun:
     def step(self, step: int) -> dict:
         import ray
 
-        self._apply_control()
         start = time.perf_counter()
         table = self._next_batch(step)
         generated = time.perf_counter()
@@ -152,7 +163,9 @@ class GRPORun:
         trained = time.perf_counter()
 
         self.policy_version += 1
-        sync = self.parts.transport.sync(self.parts.learner, self.parts.pool.actors, self.policy_version)
+        sync = self.parts.transport.sync(self.parts.learner, dict(self.parts.pool.actors), self.policy_version)
+        for engine_id, error in sync.dead.items():
+            self.parts.pool.engine_died(engine_id, error)
         synced = time.perf_counter()
 
         table = self._with_training_columns(table, step, scores, advantages)
@@ -226,7 +239,9 @@ class GRPORun:
     def save(self, step: int) -> Path:
         import ray
 
-        state = ResumeState(step=step, stream_position=self.stream.position, policy_version=self.policy_version)
+        # A prefetched batch (async mode) is not trained on yet: a resumed run generates it again.
+        prefetched = self._prefetched_groups if self._prefetch is not None else 0
+        state = ResumeState(step=step, stream_position=self.stream.position - prefetched, policy_version=self.policy_version)
         return self.run_dir.write_checkpoint(step, lambda folder: ray.get(self.parts.learner.save.remote(folder)), state)
 
 
@@ -245,7 +260,12 @@ def _unwrap(ref):
 
 
 def start_components(
-    config: TrainConfig, model: str, tokenizer: str, resume_from: str | None = None, policy_version: int = 0
+    config: TrainConfig,
+    model: str,
+    tokenizer: str,
+    resume_from: str | None = None,
+    policy_version: int = 0,
+    max_prompt_tokens: int | None = None,
 ) -> Components:
     """Start the learner, take the canonical tokenizer and model config from it, and start the pool
     on them: engines start with placeholder weights and serve only after the learner's weights
@@ -271,6 +291,13 @@ def start_components(
     device = "cuda" if cluster_has_gpus() else "cpu"
     transport = make_transport(device, config.weight_sync.timeout_s, config.weight_sync.bucket_mb << 20, rollout.tensor_parallel_size)
     pool = RolloutPool(None, canonical, rollout, seed=config.seed, engine_tokenizer=bundle, placement=placement)
-    pool.on_engine_ready = lambda engine_id, actor: transport.sync(learner, {engine_id: actor}, policy_version)
-    pool.start()
+    if device == "cpu":
+        longest_prompt = max_prompt_tokens or config.max_prompt_length or 0
+        pool.size_for(json.loads(bundle.files["config.json"]), config.samples_per_step, longest_prompt + config.max_completion_length)
+    if device == "cpu":  # each engine loads the weights as it is admitted
+        pool.on_engine_ready = lambda engine_id, actor: transport.sync(learner, {engine_id: actor}, policy_version)
+        pool.start()
+    else:  # one NCCL group for every engine: admit them all, then sync them together before any request
+        pool.start()
+        transport.sync(learner, dict(pool.actors), policy_version)
     return Components(learner=learner, pool=pool, transport=transport, tokenizer=canonical)

@@ -17,10 +17,11 @@ class Checked:
     tokenizer: str
     prompts: list[str]
     dropped_prompts: int
+    longest_prompt: int  # tokens
 
 
 def preflight(config: TrainConfig) -> Checked:
-    from orchestrator.models import check_token_ids, resolve_model
+    from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, resolve_model
     from orchestrator.training.rewards import resolve
     from workers.learner.model_setup import load_tokenizer
 
@@ -32,7 +33,9 @@ def preflight(config: TrainConfig) -> Checked:
     _check_embedding_size(model, tokenizer, resized=bool(config.added_tokens))
     check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
     prompts, dropped = _check_prompt_lengths(prompts, tokenizer, config)
-    return Checked(model, tokenizer_name, prompts, dropped)
+    lengths = [len(tokenizer(prompt)["input_ids"]) for prompt in prompts]
+    check_prompt_fits(lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), config.prompts)
+    return Checked(model, tokenizer_name, prompts, dropped, max(lengths))
 
 
 def _read_prompts(config: TrainConfig) -> list[str]:

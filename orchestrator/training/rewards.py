@@ -1,8 +1,9 @@
 """Reward functions: TRL's signature `fn(prompts, completions, completion_ids, **kwargs) -> list[float]`.
 
 Referenced as `path/to/file.py:name`, `package.module:name` or `builtin:NAME`. They are resolved on
-the driver before anything starts (so a typo fails at once) and run in a Ray task, off the
-driver, so a slow reward does not stall the loop.
+the driver before anything starts (so a typo fails at once) and run in a Ray task, so a reward
+that is heavy (a model, a sandbox) runs wherever the cluster has room, not in the driver. Each
+worker process imports a reward file once and reuses it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ BUILTIN = {
     "search_call": "orchestrator.builtin.search_task:search_call_reward",
     "summary_length": "orchestrator.builtin.length_reward:summary_length",
 }
+
+
+_resolved: dict[str, Callable] = {}  # per worker process: import each reward file once
 
 
 class RewardError(UserError):
@@ -73,7 +77,7 @@ def score(
     total = [0.0] * len(prompts)
     scores, errors = {}, 0
     for spec, weight in zip(specs, weights):
-        fn = resolve(spec)
+        fn = _resolved.get(spec) or _resolved.setdefault(spec, resolve(spec))
         try:
             values = _check(spec, fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs), len(prompts))
         except RewardError:

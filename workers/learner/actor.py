@@ -39,9 +39,6 @@ class Learner:
     def train_step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         return self._learner.train_step(batch)
 
-    def policy_version(self) -> int:
-        return self._learner.policy_version
-
     def publish_weights(self, bucket_bytes: int) -> tuple[list, str, int]:
         """Put the weights in Ray's object store as packed buckets; engines fetch them from there
         (across nodes, no shared filesystem). Returns (bucket refs, checksum, bytes)."""

@@ -34,11 +34,12 @@ class GRPOLearner:
 
         torch.manual_seed(config.seed)
         self.config = config
+        self._scratch = tempfile.TemporaryDirectory(prefix="grpo-learner-")
         self.tokenizer = load_tokenizer(tokenizer, config.added_tokens)
         model = load_model(model, self.tokenizer, resize=bool(config.added_tokens))
         use_cpu = not (torch.cuda.is_available() and config.learner.num_gpus > 0)
         args = GRPOConfig(
-            output_dir=tempfile.mkdtemp(prefix="grpo-learner-"),
+            output_dir=self._scratch.name,  # TRL wants one; nothing is written there
             per_device_train_batch_size=config.samples_per_step,
             num_generations=config.num_generations,
             max_completion_length=config.max_completion_length,
@@ -82,12 +83,13 @@ class GRPOLearner:
         start = time.perf_counter()
         trainer = self.trainer
         inputs = {key: torch.tensor(value, device=self.device) for key, value in batch.items()}
-        mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
-        self.model.train()
+        mask = inputs["completion_mask"]
+        self.model.eval()  # the sync diagnostic compares like with like: no dropout, as in the engines
         with torch.no_grad():
             logps = self._logps(self.model, inputs)
             if self.config.beta != 0.0:
                 inputs["ref_per_token_logps"] = self._logps(trainer.ref_model, inputs)
+        self.model.train()
         engine_logps = inputs["old_per_token_logps"]
         abs_diff = (logps - engine_logps).abs() * mask
         inputs["num_items_in_batch"] = mask.sum()

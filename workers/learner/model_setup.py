@@ -19,9 +19,12 @@ class ModelSetupError(UserError):
 
 
 def load_tokenizer(name_or_path: str, added_tokens: list[str], warn: bool = True):
-    from transformers import AddedToken, AutoTokenizer
+    """The learner's tokenizer: as saved, plus `added_tokens` (special), plus the pad fallback."""
+    from transformers import AddedToken
 
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    from orchestrator.models import load_tokenizer as load_as_saved
+
+    tokenizer = load_as_saved(name_or_path)
     new = [t for t in added_tokens if t not in tokenizer.get_vocab()]
     if new:
         tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in new], special_tokens=True)

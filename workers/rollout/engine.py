@@ -40,6 +40,7 @@ def engine_args(
         kv_cache_memory_bytes=kv_bytes,
         gpu_memory_utilization=config.gpu_memory_utilization,
         tensor_parallel_size=config.tensor_parallel_size,
+        max_num_seqs=config.max_inflight_samples,  # never schedule more than the KV cache was sized for
         logprobs_mode="processed_logprobs",  # logprobs of the distribution actually sampled
         enforce_eager=on_cpu,  # graph capture / compile costs minutes on small CPUs and buys little
         disable_log_stats=True,

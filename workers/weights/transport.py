@@ -2,9 +2,11 @@
 
 `ObjectStoreTransport` (CPU, and any cluster): the learner packs its weights into buckets and puts
 them in Ray's object store; each engine pulls them (node to node, no shared filesystem), pauses,
-loads them in place, resumes, and reports the checksum it received. `NcclTransport` (GPU): the
-same engine-side pause/load/resume, with the bytes moving over NCCL through vLLM's native
-weight-transfer engine. Both enforce one deadline per sync and verify every engine's checksum.
+loads them in place, resumes, and reports the checksum it received, which is verified.
+`NcclTransport` (GPU): the same engine-side pause/load/resume, with the bytes moving over NCCL
+through vLLM's native weight-transfer engine; there only the policy version is verified. Both
+enforce one deadline per sync. An engine that dies during a sync is reported in
+`SyncReport.dead` (the pool replaces it) rather than failing the run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class SyncReport:
     checksum: str
     bytes: int
     seconds: float
+    dead: dict[int, BaseException] = dataclasses.field(default_factory=dict)  # engines that died meanwhile
 
 
 class WeightTransport(abc.ABC):
@@ -37,16 +40,26 @@ class WeightTransport(abc.ABC):
     def sync(self, learner, engines: dict[int, object], version: int) -> SyncReport:
         """Every engine holds the learner's weights as `version` when this returns."""
 
-    def _await(self, refs: dict[int, object], what: str, deadline: float) -> dict[int, object]:
+    def _await(self, refs: dict[int, object], what: str, deadline: float) -> tuple[dict[int, object], dict[int, BaseException]]:
+        """(results, dead engines) of one remote call per engine (key -1: the learner), by the deadline."""
         import ray
 
-        try:
-            values = ray.get(list(refs.values()), timeout=max(0.0, deadline - time.monotonic()))
-        except ray.exceptions.GetTimeoutError:
-            raise WeightSyncError(
-                f"{what} did not finish within weight_sync.timeout_s={self.timeout_s}s; engines {sorted(refs)} were waited on"
-            ) from None
-        return dict(zip(refs, values))
+        from orchestrator.rollout.pool import is_engine_death
+
+        waiting = {ref: key for key, ref in refs.items()}
+        ready, late = ray.wait(list(waiting), num_returns=len(waiting), timeout=max(0.0, deadline - time.monotonic()))
+        if late:
+            names = ", ".join("the learner" if waiting[r] == -1 else f"engine {waiting[r]}" for r in late)
+            raise WeightSyncError(f"{what} did not finish within weight_sync.timeout_s={self.timeout_s}s: waiting on {names}")
+        values, dead = {}, {}
+        for ref in ready:
+            try:
+                values[waiting[ref]] = ray.get(ref)
+            except ray.exceptions.RayError as error:
+                if waiting[ref] == -1 or not is_engine_death(error):
+                    raise
+                dead[waiting[ref]] = error
+        return values, dead
 
     @staticmethod
     def _verify(expected: str, version: int, reports: dict[int, tuple[int, str]]) -> None:
@@ -62,11 +75,12 @@ class ObjectStoreTransport(WeightTransport):
     def sync(self, learner, engines: dict[int, object], version: int) -> SyncReport:
         start = time.monotonic()
         deadline = start + self.timeout_s
-        published = self._await({-1: learner.publish_weights.remote(self.bucket_bytes)}, "publishing weights", deadline)
+        published, _ = self._await({-1: learner.publish_weights.remote(self.bucket_bytes)}, "publishing weights", deadline)
         bucket_refs, digest, nbytes = published[-1]
         loads = {engine_id: actor.load_weights.remote(bucket_refs, version) for engine_id, actor in engines.items()}
-        self._verify(digest, version, self._await(loads, f"weight sync to version {version}", deadline))
-        return SyncReport(version, digest, nbytes, time.monotonic() - start)
+        reports, dead = self._await(loads, f"weight sync to version {version}", deadline)
+        self._verify(digest, version, reports)
+        return SyncReport(version, digest, nbytes, time.monotonic() - start, dead)
 
 
 def make_transport(device: str, timeout_s: float, bucket_bytes: int, tensor_parallel_size: int = 1) -> WeightTransport:

@@ -84,7 +84,7 @@ def test_drop_long_prompts_keeps_the_rest_and_counts(prompts_file):
     from orchestrator.training.preflight import preflight
 
     long = prompts_file([json.dumps({"prompt": "Q: what is apple ? A:"}), json.dumps({"prompt": "word " * 50})])
-    checked = preflight(TrainConfig(prompts=str(long), max_prompt_length=20, drop_long_prompts=True))
+    checked = preflight(TrainConfig(prompts=str(long), max_prompt_length=20, drop_long_prompts=True, max_completion_length=24))
     assert checked.prompts == ["Q: what is apple ? A:"] and checked.dropped_prompts == 1
 
 
@@ -109,3 +109,14 @@ def test_as_a_user_runs_it_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and "did you mean 'max_steps'?" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_prompt_plus_completion_budget_over_the_models_context(tmp_path, capsys):
+    err = _train(tmp_path, capsys, "max_completion_length=300")
+    assert "with 300 completion tokens that exceeds the model's context of 256" in err
+
+
+def test_a_folder_without_a_tokenizer(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    err = _train(tmp_path, capsys, f"tokenizer={tmp_path}/empty")
+    assert f"cannot load a tokenizer from {tmp_path}/empty" in err

@@ -55,3 +55,16 @@ def test_a_raising_reward_names_the_function_and_the_sample(tmp_path):
     scored = score(*args, error_score=-1.0, group_id=[7, 7, 7], sample_index=[0, 1, 2])
     assert scored["reward"] == [0.2, -1.0, -0.5]
     assert scored["reward_errors"] == 1
+
+
+def test_a_reward_error_in_the_ray_task_reaches_the_user_as_itself(ray_session, tmp_path):
+    """Rewards run in a Ray task; their failure must come back as the named error, not a Ray traceback."""
+    import ray
+
+    from orchestrator.training.loop import _unwrap
+
+    reward_file = tmp_path / "boom.py"
+    reward_file.write_text("def boom(prompts, completions, **kw):\n    raise ValueError('no score for you')\n")
+    ref = ray.remote(score).options(num_cpus=0).remote([f"{reward_file}:boom"], None, ["p"], ["c"], [[1]])
+    with pytest.raises(RewardError, match="raised ValueError: no score for you on sample 0"):
+        _unwrap(ref)

@@ -1,0 +1,77 @@
+"""Generation throughput on the same model, prompts and lengths: raw vLLM (`LLM.generate`, one
+process, one engine), our pool (same engine count), and HF transformers `generate` (what TRL does
+without vLLM). Every sample generates exactly `max_tokens` tokens (`ignore_eos`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from orchestrator.config.rollout import RolloutConfig
+from orchestrator.config.sampling import SamplingConfig
+
+def kv_cache_bytes(model: Path, samples: int, tokens_per_sample: int) -> int:
+    """The same KV cache size for raw vLLM and our pool: enough for all samples at full length."""
+    import json
+
+    from orchestrator.rollout.kv_cache import cpu_kv_cache_bytes
+
+    return cpu_kv_cache_bytes(json.loads((model / "config.json").read_text()), samples, tokens_per_sample)
+
+
+def raw_vllm(model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, seed: int) -> dict:
+    from vllm import LLM, SamplingParams
+
+    samples, tokens = len(prompt_ids) * n, max(map(len, prompt_ids)) + max_tokens
+    llm = LLM(
+        model=str(model), dtype="float32", enforce_eager=True, seed=seed, max_num_seqs=samples,
+        kv_cache_memory_bytes=kv_cache_bytes(model, samples, tokens), logprobs_mode="processed_logprobs",
+        disable_log_stats=True,
+    )
+    params = SamplingParams(n=n, max_tokens=max_tokens, ignore_eos=True, temperature=1.0, seed=seed, logprobs=0)
+    prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
+    llm.generate(prompts[:1], SamplingParams(max_tokens=2, ignore_eos=True), use_tqdm=False)  # warm-up
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    seconds = time.perf_counter() - start
+    tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+    del llm
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+
+
+def pool(model: Path, tokenizer, prompts: list[str], prompt_ids, n: int, max_tokens: int, seed: int, engines: int) -> dict:
+    from orchestrator.rollout.groups import make_groups
+    from orchestrator.rollout.pool import RolloutPool
+
+    sampling = SamplingConfig(max_tokens=max_tokens, ignore_eos=True, temperature=1.0, seed=seed)
+    requests = make_groups(prompts, prompt_ids, n, sampling)
+    samples, tokens = len(prompt_ids) * n, max(map(len, prompt_ids)) + max_tokens
+    config = RolloutConfig(engines=engines, kv_cache_memory_bytes=kv_cache_bytes(model, samples, tokens), max_inflight_samples=samples)
+    with RolloutPool(str(model), tokenizer, config, seed=seed) as started:
+        start = time.perf_counter()
+        results = started.generate(requests)
+        seconds = time.perf_counter() - start
+    tokens = sum(len(s.completion_ids) for r in results for s in r.samples)
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+
+
+def hf_generate(model: Path, prompt_ids, n: int, max_tokens: int, seed: int, batch_prompts: int = 8) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    tokens, start = 0, time.perf_counter()
+    for first in range(0, len(prompt_ids), batch_prompts):
+        chunk = prompt_ids[first : first + batch_prompts]
+        width = max(len(ids) for ids in chunk)
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in chunk])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+        with torch.no_grad():
+            out = hf.generate(
+                input_ids=ids, attention_mask=mask, do_sample=True, num_return_sequences=n, max_new_tokens=max_tokens,
+                min_new_tokens=max_tokens, pad_token_id=0, top_k=0,
+            )
+        tokens += (out.shape[1] - width) * out.shape[0]
+    seconds = time.perf_counter() - start
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}

@@ -1,0 +1,90 @@
+"""Training throughput: our `train` loop vs TRL's GRPOTrainer alone (HF generate, no vLLM), on the
+same model, prompts, reward, batch and lengths; plus weight sync against a plain memory copy."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+PHASES = ("time/generate", "time/reward", "time/train", "time/sync")
+
+
+def ours(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int, seed: int, out_dir: Path) -> dict:
+    import ray
+
+    from orchestrator.builtin import search_task
+    from orchestrator.config.train import TrainConfig
+    from orchestrator.training.loop import GRPORun, start_components
+    from orchestrator.training.run_dir import RunDir
+
+    config = TrainConfig(
+        model=str(model), tokenizer=str(model), prompts_per_step=prompts_per_step, num_generations=n,
+        max_completion_length=max_tokens, ignore_eos=True, max_steps=steps, learning_rate=1e-5, seed=seed,
+        output_dir=str(out_dir), plot_steps=10**6, reward_funcs=["builtin:search_call"],
+    )
+    parts = start_components(config, str(model), str(model))
+    try:
+        run_dir = RunDir.create(config.output_dir)
+        run_dir.prepare(config.model_dump(mode="json"))
+        metrics = GRPORun(config, search_task.all_prompts(), run_dir, parts).run()
+    finally:
+        parts.pool.shutdown()
+        ray.kill(parts.learner)
+    steady = metrics[1:]  # step 1 pays for first-request set-up
+    step_time = float(np.mean([m["time/step"] for m in steady]))
+    phases = {p: float(np.mean([m[p] for m in steady])) for p in PHASES}
+    return {
+        "samples_per_s": float(np.mean([m["samples"] / m["time/step"] for m in steady])),
+        "step_s": step_time,
+        **phases,
+        "overhead_share": max(0.0, 1.0 - sum(phases.values()) / step_time),
+        "sync_bytes": int(steady[-1]["weight_sync/bytes"]),
+        "sync_s": phases["time/sync"],
+        "reward_last": float(metrics[-1]["reward_mean"]),
+    }
+
+
+def trl(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int, seed: int, out_dir: Path) -> dict:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from orchestrator.builtin import search_task
+
+    class StepClock(TrainerCallback):
+        def __init__(self):
+            self.times = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.times.append(time.perf_counter())
+
+    args = GRPOConfig(
+        output_dir=str(out_dir), per_device_train_batch_size=prompts_per_step * n, num_generations=n,
+        max_completion_length=max_tokens, max_steps=steps, learning_rate=1e-5, seed=seed, use_cpu=True, bf16=False,
+        report_to=[], logging_steps=1, save_strategy="no", generation_kwargs={"min_new_tokens": max_tokens},
+    )
+    clock = StepClock()
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model), reward_funcs=search_task.search_call_reward, args=args,
+        train_dataset=Dataset.from_dict({"prompt": search_task.all_prompts()}),
+        processing_class=AutoTokenizer.from_pretrained(model), callbacks=[clock],
+    )
+    trainer.train()
+    step_times = np.diff(clock.times)  # from the end of step 1: steady state
+    rewards = [e["reward"] for e in trainer.state.log_history if "reward" in e]
+    return {"samples_per_s": float(prompts_per_step * n / step_times.mean()), "step_s": float(step_times.mean()), "reward_last": float(rewards[-1])}
+
+
+def memcpy_gbps(nbytes: int, repeats: int = 5) -> float:
+    import torch
+
+    source = torch.ones(nbytes, dtype=torch.uint8)
+    target = torch.empty_like(source)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        target.copy_(source)
+        best = min(best, time.perf_counter() - start)
+    return nbytes / best / 1e9
