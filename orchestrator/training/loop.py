@@ -164,8 +164,10 @@ class GRPORun:
 
         self.policy_version += 1
         sync = self.parts.transport.sync(self.parts.learner, dict(self.parts.pool.actors), self.policy_version)
-        for engine_id, error in sync.dead.items():
-            self.parts.pool.engine_died(engine_id, error)
+        if self._prefetch is None:  # on-policy: the pool is idle, replace dead engines now
+            for engine_id, error in sync.dead.items():
+                self.parts.pool.engine_died(engine_id, error)
+        # (async: the generation thread owns the pool and finds the dead engine on its next request)
         synced = time.perf_counter()
 
         table = self._with_training_columns(table, step, scores, advantages)
