@@ -49,7 +49,7 @@ def run_train(args: argparse.Namespace) -> int:
         max_prompt_tokens=checked.longest_prompt,
     )
     try:
-        metrics = GRPORun(config, checked.prompts, run_dir, components, resume).run()
+        metrics = GRPORun(config, checked.prompts, run_dir, components, resume, checked.columns).run()
     finally:
         _stop(components)
     first, last = metrics[0], metrics[-1]

@@ -16,6 +16,12 @@ class PromptFileError(UserError):
 
 
 def read_prompts(path: str | Path, column: str = "prompt") -> list[str]:
+    return [record[column] for record in read_records(path, column)]
+
+
+def read_records(path: str | Path, column: str = "prompt") -> list[dict]:
+    """Every row with its checked prompt and any other columns (reward functions receive those as
+    keyword arguments, as with TRL)."""
     path = Path(path)
     if not path.is_file():
         raise PromptFileError(f"prompts file {path} does not exist (expected a .jsonl or .parquet file)")
@@ -26,7 +32,7 @@ def read_prompts(path: str | Path, column: str = "prompt") -> list[str]:
     raise PromptFileError(f"prompts file {path}: unsupported suffix {path.suffix!r} (expected .jsonl or .parquet)")
 
 
-def _read_jsonl(path: Path, column: str) -> list[str]:
+def _read_jsonl(path: Path, column: str) -> list[dict]:
     prompts = []
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
@@ -38,19 +44,22 @@ def _read_jsonl(path: Path, column: str) -> list[str]:
                 raise PromptFileError(f"{path}:{number}: invalid JSON ({error.msg})") from None
             if not isinstance(record, dict) or column not in record:
                 raise PromptFileError(f"{path}:{number}: expected an object with a {column!r} field")
-            prompts.append(_check(record[column], f"{path}:{number}"))
+            _check(record[column], f"{path}:{number}")
+            prompts.append(record)
     if not prompts:
         raise PromptFileError(f"{path}: no prompts found")
     return prompts
 
 
-def _read_parquet(path: Path, column: str) -> list[str]:
+def _read_parquet(path: Path, column: str) -> list[dict]:
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
     if column not in table.column_names:
         raise PromptFileError(f"{path}: no {column!r} column (columns: {table.column_names})")
-    prompts = [_check(value, f"{path} row {row}") for row, value in enumerate(table.column(column).to_pylist())]
+    prompts = table.to_pylist()
+    for row, record in enumerate(prompts):
+        _check(record[column], f"{path} row {row}")
     if not prompts:
         raise PromptFileError(f"{path}: no prompts found")
     return prompts

@@ -34,6 +34,11 @@ from orchestrator.training.metrics import MetricsLog, progress_line, read_metric
 from orchestrator.training.run_dir import ResumeState, RunDir
 
 
+# Names the reward call itself uses; a dataset column with one of these names is not forwarded.
+RESERVED_REWARD_KWARGS = {"prompts", "completions", "completion_ids", "error_score", "group_id", "sample_index",
+                          "finish_reason", "stop_reason"}
+
+
 @dataclasses.dataclass
 class Components:
     """What a run drives; built by `start_components`, replaced by stand-ins in tests."""
@@ -52,8 +57,11 @@ class GRPORun:
         run_dir: RunDir,
         components: Components,
         resume: ResumeState | None = None,
+        columns: list[dict] | None = None,
     ):
+        """`columns`: each prompt's other dataset columns, passed to reward functions by name."""
         self.config = config
+        self.columns = columns or [{} for _ in prompts]
         self.run_dir = run_dir
         self.parts = components
         resume = resume or ResumeState(step=0, stream_position=0, policy_version=0)
@@ -215,12 +223,16 @@ class GRPORun:
 
         if self._reward_task is None:
             self._reward_task = ray.remote(score).options(num_cpus=0, max_retries=0)
+        prompt_index = table.column("prompt_index").to_pylist()
+        keys = [key for key in self.columns[0] if key not in RESERVED_REWARD_KWARGS]
+        dataset = {key: [self.columns[i].get(key) for i in prompt_index] for key in keys}
         return self._reward_task.remote(
             self.config.reward_funcs,
             self.config.reward_weights,
             table.column("prompt").to_pylist(),
             table.column("completion").to_pylist(),
             table.column("completion_ids").to_pylist(),
+            **dataset,
             group_id=table.column("group_id").to_pylist(),
             sample_index=table.column("sample_index").to_pylist(),
             finish_reason=table.column("finish_reason").to_pylist(),

@@ -16,6 +16,7 @@ class Checked:
     model: str  # path or hub name the engines and the learner load
     tokenizer: str
     prompts: list[str]
+    columns: list[dict]  # each prompt's other dataset columns (reward functions get them as kwargs)
     dropped_prompts: int
     longest_prompt: int  # tokens
 
@@ -25,27 +26,29 @@ def preflight(config: TrainConfig) -> Checked:
     from orchestrator.training.rewards import resolve
     from workers.learner.model_setup import load_tokenizer
 
-    prompts = _read_prompts(config)
+    records = _read_records(config)
     for spec in config.reward_funcs:
         resolve(spec)
     model, tokenizer_name = resolve_model(config.model, config.tokenizer)
     tokenizer = load_tokenizer(tokenizer_name, config.added_tokens, warn=False)  # the learner warns
     _check_embedding_size(model, tokenizer, resized=bool(config.added_tokens))
     check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
-    prompts, dropped = _check_prompt_lengths(prompts, tokenizer, config)
-    lengths = [len(tokenizer(prompt)["input_ids"]) for prompt in prompts]
+    lengths = [len(tokenizer(record["prompt"])["input_ids"]) for record in records]
+    records, lengths, dropped = _check_prompt_lengths(records, lengths, config)
     check_prompt_fits(lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), config.prompts)
-    return Checked(model, tokenizer_name, prompts, dropped, max(lengths))
+    prompts = [record["prompt"] for record in records]
+    columns = [{key: value for key, value in record.items() if key != "prompt"} for record in records]
+    return Checked(model, tokenizer_name, prompts, columns, dropped, max(lengths))
 
 
-def _read_prompts(config: TrainConfig) -> list[str]:
+def _read_records(config: TrainConfig) -> list[dict]:
     if config.prompts == "builtin:search":
         from orchestrator.builtin import search_task
 
-        return search_task.all_prompts()
-    from orchestrator.data.prompts import read_prompts
+        return [{"prompt": prompt} for prompt in search_task.all_prompts()]
+    from orchestrator.data.prompts import read_records
 
-    return read_prompts(config.prompts)
+    return read_records(config.prompts)
 
 
 def _check_embedding_size(model: str, tokenizer, resized: bool) -> None:
@@ -60,15 +63,14 @@ def _check_embedding_size(model: str, tokenizer, resized: bool) -> None:
         )
 
 
-def _check_prompt_lengths(prompts: list[str], tokenizer, config: TrainConfig) -> tuple[list[str], int]:
+def _check_prompt_lengths(records: list[dict], lengths: list[int], config: TrainConfig) -> tuple[list[dict], list[int], int]:
     limit = config.max_prompt_length
     if limit is None:
-        return prompts, 0
+        return records, lengths, 0
     kept = []
-    for index, prompt in enumerate(prompts):
-        length = len(tokenizer(prompt)["input_ids"])
+    for index, (record, length) in enumerate(zip(records, lengths)):
         if length <= limit:
-            kept.append(prompt)
+            kept.append((record, length))
         elif not config.drop_long_prompts:
             raise UserError(
                 f"prompt {index} ({config.prompts}) has {length} tokens, more than max_prompt_length={limit} "
@@ -76,4 +78,4 @@ def _check_prompt_lengths(prompts: list[str], tokenizer, config: TrainConfig) ->
             )
     if not kept:
         raise UserError(f"every prompt is longer than max_prompt_length={limit}")
-    return kept, len(prompts) - len(kept)
+    return [r for r, _ in kept], [n for _, n in kept], len(records) - len(kept)

@@ -60,6 +60,7 @@ class GRPOLearner:
             report_to=[],
             save_strategy="no",
             logging_steps=1,
+            disable_dropout=True,  # the engines sample without dropout; the loss should see the same policy
         )
         self.trainer = GRPOTrainer(
             model=model,
@@ -73,6 +74,19 @@ class GRPOLearner:
         accelerator = self.trainer.accelerator
         self.model, self.optimizer = accelerator.prepare(self.trainer.model, self.trainer.optimizer)
         self.policy_version = 0
+        self._capture_policy_logps()
+
+    def _capture_policy_logps(self) -> None:
+        """Keep the per-token logprobs TRL computes inside `compute_loss`, so the sync diagnostic
+        (engine vs learner logprobs) costs no extra forward pass."""
+        compute = self.trainer._get_per_token_logps_and_entropies
+
+        def capturing(*args, **kwargs):
+            result = compute(*args, **kwargs)
+            self._policy_logps = result[0].detach()
+            return result
+
+        self.trainer._get_per_token_logps_and_entropies = capturing
 
     @property
     def device(self) -> torch.device:
@@ -84,16 +98,13 @@ class GRPOLearner:
         trainer = self.trainer
         inputs = {key: torch.tensor(value, device=self.device) for key, value in batch.items()}
         mask = inputs["completion_mask"]
-        self.model.eval()  # the sync diagnostic compares like with like: no dropout, as in the engines
-        with torch.no_grad():
-            logps = self._logps(self.model, inputs)
-            if self.config.beta != 0.0:
-                inputs["ref_per_token_logps"] = self._logps(trainer.ref_model, inputs)
         self.model.train()
-        engine_logps = inputs["old_per_token_logps"]
-        abs_diff = (logps - engine_logps).abs() * mask
+        if self.config.beta != 0.0:
+            with torch.no_grad():
+                inputs["ref_per_token_logps"] = self._logps(trainer.ref_model, inputs)
         inputs["num_items_in_batch"] = mask.sum()
-        loss = trainer.compute_loss(self.model, inputs)
+        loss = trainer.compute_loss(self.model, inputs)  # its forward pass leaves the policy logprobs
+        abs_diff = (self._policy_logps - inputs["old_per_token_logps"]).abs() * mask
         trainer.accelerator.backward(loss)
         grad_norm = trainer.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
         self.optimizer.step()

@@ -60,3 +60,12 @@ def test_weight_buckets_cover_every_weight(learner):
     names = [entry.name for bucket in buckets for entry in bucket.entries]
     assert names == [name for name, _ in learner.named_weights()]
     assert len(buckets) > 1 and len(digest) == 16
+
+
+def test_kl_term_against_the_reference_model(tiny):
+    config = TrainConfig(num_generations=2, prompts_per_step=2, learning_rate=1e-2, temperature=1.5, max_steps=3, beta=0.1)
+    learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    first = learner.train_step(_batch(learner))
+    assert first["rollout/logprob_abs_diff"] < 1e-4 and np.isfinite(first["loss"])
+    second = learner.train_step(_batch(learner))
+    assert np.isfinite(second["loss"])

@@ -1,0 +1,31 @@
+"""Reward functions get the prompt file's other columns by name, as with TRL (e.g. an answer)."""
+
+import json
+import types
+
+import pyarrow as pa
+
+from orchestrator.config.train import TrainConfig
+from orchestrator.training.loop import GRPORun, _unwrap
+from orchestrator.training.preflight import preflight
+from orchestrator.training.run_dir import RunDir
+
+
+def test_dataset_columns_reach_the_reward_function(tmp_path, ray_session):
+    prompts = tmp_path / "math.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Q: {a}+{a} ? A:", "answer": str(2 * a), "group_id": "x"}) + "\n" for a in (1, 2)))
+    reward = tmp_path / "exact.py"
+    reward.write_text("def exact(prompts, completions, answer, **kw):\n    return [float(c.strip() == a) for c, a in zip(completions, answer)]\n")
+    config = TrainConfig(prompts=str(prompts), reward_funcs=[f"{reward}:exact"], max_completion_length=8, num_generations=2)
+    checked = preflight(config)
+    assert checked.columns == [{"answer": "2", "group_id": "x"}, {"answer": "4", "group_id": "x"}]
+
+    parts = types.SimpleNamespace(pool=types.SimpleNamespace(on_engine_ready=None))
+    run = GRPORun(config, checked.prompts, RunDir(tmp_path / "run"), parts, columns=checked.columns)
+    table = pa.table({
+        "prompt_index": [1, 1, 0, 0], "group_id": [0, 0, 1, 1], "sample_index": [0, 1, 0, 1],
+        "prompt": [checked.prompts[i] for i in (1, 1, 0, 0)], "completion": [" 4", " 5", " 2", " 2"],
+        "completion_ids": [[1], [1], [1], [1]], "finish_reason": ["stop"] * 4, "stop_reason": [None] * 4,
+    })
+    scores = _unwrap(run._score(table))
+    assert scores["reward"] == [1.0, 0.0, 1.0, 1.0]  # the column named group_id does not shadow ours
