@@ -23,7 +23,8 @@ def init_ray(num_cpus: float | None = None) -> None:
         ray.init(runtime_env={"env_vars": env}, log_to_driver=True)
         return
     cpus = max(float(os.cpu_count() or 1), num_cpus or 0.0) + LOCAL_HEADROOM_CPUS
-    ray.init(num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=True)
+    # address="local": always a fresh one-node cluster, never one that another program started here
+    ray.init(address="local", num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=True)
 
 
 def cluster_has_gpus() -> bool:
