@@ -127,27 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = _train_overrides(argv[1:])
     from orchestrator.errors import RunError, UserError
 
+    import importlib
+
     try:
-        if args.command == "generate":
-            from orchestrator.commands.generate import run_generate
-
-            return run_generate(args)
-        if args.command == "train":
-            from orchestrator.commands.train import run_train
-
-            return run_train(args)
-        if args.command == "bench":
-            from orchestrator.commands.bench import run_bench
-
-            return run_bench(args)
-        if args.command == "scale":
-            from orchestrator.commands.scale import run_scale
-
-            return run_scale(args)
-        if args.command == "report":
-            from orchestrator.commands.report import run_report
-
-            return run_report(args)
+        module = importlib.import_module(f"orchestrator.commands.{args.command}")  # heavy imports start here
+        return getattr(module, f"run_{args.command}")(args)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -157,7 +141,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    raise AssertionError(f"unhandled command {args.command}")
 
 
 if __name__ == "__main__":
