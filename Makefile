@@ -37,14 +37,18 @@ generate: install
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS) $(ARGS)
 
-# Regenerates every figure of the default run shown in README.md (plots and table).
+# Regenerates every figure of the runs shown in README.md (plots and tables): the default run and
+# the tool-rollout demo.
 docs: install
-	rm -rf runs/docs-default
+	rm -rf runs/docs-default runs/docs-lookup
 	$(PY) -m orchestrator train output_dir=runs/docs-default
 	mkdir -p docs
 	cp runs/docs-default/plots/reward.png docs/default-reward.png
 	cp runs/docs-default/plots/timings.png docs/default-timings.png
 	$(PY) -m orchestrator report runs/docs-default > docs/default-run.md
+	$(PY) -m orchestrator train --config configs/tools/lookup.yaml output_dir=runs/docs-lookup
+	cp runs/docs-lookup/plots/reward.png docs/lookup-reward.png
+	$(PY) -m orchestrator report runs/docs-lookup > docs/lookup-run.md
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache

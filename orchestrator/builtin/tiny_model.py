@@ -23,14 +23,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from orchestrator.builtin import search_task
+from orchestrator.builtin import lookup_task, search_task
 
+TASKS = {"search": search_task, "lookup": lookup_task}  # task name -> module with corpus() and ADDED_TOKENS
 EOS_TOKEN = "<|endoftext|>"
 RECIPE_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
 class TinyModelSpec:
+    task: str = "search"  # the corpus it is pre-trained on (see TASKS)
     vocab_size: int = 512
     hidden_size: int = 64
     intermediate_size: int = 192
@@ -43,8 +45,9 @@ class TinyModelSpec:
     seed: int = 1234
 
     def key(self) -> str:
-        task = (search_task.TOPICS, search_task.PROMPT_TEMPLATES, search_task.CORPUS_MIX, search_task.ADDED_TOKENS)
-        payload = json.dumps({"recipe": RECIPE_VERSION, "task": task, **dataclasses.asdict(self)}, sort_keys=True)
+        module = TASKS[self.task]
+        task = (module.TOPICS, module.PROMPT_TEMPLATES, module.CORPUS_MIX, module.ADDED_TOKENS)
+        payload = json.dumps({"recipe": RECIPE_VERSION, "corpus": task, **dataclasses.asdict(self)}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
@@ -60,7 +63,7 @@ def cache_root() -> Path:
 
 def tiny_model(spec: TinyModelSpec = TinyModelSpec()) -> TinyModel:
     """Return the cached tiny model for `spec`, building it first if needed."""
-    root = cache_root() / f"tiny-llama-{spec.key()}"
+    root = cache_root() / f"tiny-llama-{spec.task}-{spec.key()}"
     result = TinyModel(model_dir=root / "model", tokenizer_dir=root / "tokenizer")
     if (root / "DONE").exists():
         return result
@@ -80,10 +83,10 @@ def tiny_model(spec: TinyModelSpec = TinyModelSpec()) -> TinyModel:
 
 
 def _texts(spec: TinyModelSpec) -> list[str]:
-    return [prompt + completion for prompt, completion in search_task.corpus(spec.corpus_examples, spec.seed)]
+    return [prompt + completion for prompt, completion in TASKS[spec.task].corpus(spec.corpus_examples, spec.seed)]
 
 
-def _build_tokenizers(spec: TinyModelSpec, texts: list[str]):
+def _build_tokenizers(spec: TinyModelSpec, texts: list[str], added_tokens: tuple[str, ...]):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AddedToken, PreTrainedTokenizerFast
 
@@ -99,7 +102,7 @@ def _build_tokenizers(spec: TinyModelSpec, texts: list[str]):
     bpe.train_from_iterator(texts, trainer)
     base = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN)
     learner = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN)
-    learner.add_tokens([AddedToken(t, special=True, normalized=False) for t in search_task.ADDED_TOKENS], special_tokens=True)
+    learner.add_tokens([AddedToken(t, special=True, normalized=False) for t in added_tokens], special_tokens=True)
     return base, learner
 
 
@@ -108,7 +111,7 @@ def _build(spec: TinyModelSpec, model_dir: Path, tokenizer_dir: Path) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     texts = _texts(spec)
-    base, learner = _build_tokenizers(spec, texts)
+    base, learner = _build_tokenizers(spec, texts, TASKS[spec.task].ADDED_TOKENS)
     eos_id = learner.convert_tokens_to_ids(EOS_TOKEN)
 
     config = LlamaConfig(

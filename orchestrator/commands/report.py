@@ -46,7 +46,19 @@ def report(metrics: list[dict]) -> str:
         f"max `rollout/logprob_abs_diff` over all steps: {max(m['rollout/logprob_abs_diff'] for m in metrics):.1e}; "
         f"machine: {platform.machine()}, {_cores()} cores, Python {platform.python_version()}",
     ]
+    if "tools/calls" in metrics[0]:
+        lines += ["", _tool_line(metrics, steady)]
     return "\n".join(lines)
+
+
+def _tool_line(metrics: list[dict], steady: list[dict]) -> str:
+    calls = sum(m["tools/calls"] for m in metrics)
+    return (
+        f"tools: {calls} calls ({np.mean([m['tools/calls'] for m in metrics]):.1f}/step), "
+        f"{sum(m['tools/errors'] for m in metrics)} errors, {sum(m['tools/timeouts'] for m in metrics)} timeouts, "
+        f"mean latency {np.mean([m['tools/latency_mean_s'] for m in steady]) * 1e3:.0f} ms (steady); "
+        f"turns per sample {metrics[0]['turns/mean']:.2f} (step 1) -> {metrics[-1]['turns/mean']:.2f} (step {metrics[-1]['step']})"
+    )
 
 
 def _cores() -> int:

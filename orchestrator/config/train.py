@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 from orchestrator.config.base import StrictModel
 from orchestrator.config.rollout import RolloutConfig
 from orchestrator.config.sampling import SamplingConfig
+from orchestrator.config.tools import ToolConfig, ToolUse
 
 
 class WeightSyncConfig(StrictModel):
@@ -28,13 +29,17 @@ class LearnerConfig(StrictModel):
 
 class TrainConfig(StrictModel):
     # What to train
-    model: str | None = Field(None, description="Model folder or hub name; null for the built-in tiny model.")
+    model: str | None = Field(
+        None, description="Model folder or hub name; null (or builtin:search) or builtin:lookup for a built-in tiny model."
+    )
     tokenizer: str | None = Field(None, description="Learner tokenizer (folder or name); default: the model's.")
     added_tokens: list[str] = Field(
         default_factory=list, description="Special tokens added to the tokenizer (embeddings resized) before anything else."
     )
     # Data and rewards
-    prompts: str = Field("builtin:search", description="Prompt file (.jsonl/.parquet, 'prompt' column) or 'builtin:search'.")
+    prompts: str = Field(
+        "builtin:search", description="Prompt file (.jsonl/.parquet, 'prompt' column), 'builtin:search' or 'builtin:lookup'."
+    )
     prompts_per_step: int = Field(4, ge=1, description="Groups per step; samples per step = this x num_generations.")
     reward_funcs: list[str] = Field(
         default_factory=lambda: ["builtin:search_call"],
@@ -50,7 +55,9 @@ class TrainConfig(StrictModel):
     num_generations: int = Field(8, ge=2, description="Samples per prompt (the group size).")
     max_prompt_length: int | None = Field(None, ge=1, description="Longest prompt in tokens; longer prompts are an error.")
     drop_long_prompts: bool = Field(False, description="Skip prompts over max_prompt_length (counted) instead of failing.")
-    max_completion_length: int = Field(512, ge=1, description="Completion budget in tokens.")
+    max_completion_length: int = Field(
+        512, ge=1, description="Completion budget in tokens; with tools, model and observation tokens together."
+    )
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature (the learner divides logits by it too).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     top_k: int = Field(-1, ge=-1, description="Top-k sampling; -1 keeps all tokens.")
@@ -79,6 +86,14 @@ class TrainConfig(StrictModel):
     include_stop_str_in_output: bool = Field(True, description="Keep the stop string at the end of the completion.")
     ignore_eos: bool = Field(False, description="Do not stop at EOS (benchmarks only).")
     skip_special_tokens: bool = Field(False, description="Drop special tokens from completion text.")
+    # Tools (multi-turn rollouts; see config/tools.py)
+    tools: list[ToolConfig] = Field(default_factory=list, description="Tools the model may call: [{name, fn, begin, end, timeout_s}].")
+    max_turns: int = Field(4, ge=1, description="Model turns per sample: at most max_turns - 1 tool calls are run.")
+    max_observation_tokens: int = Field(64, ge=1, description="A tool result longer than this (in tokens) is truncated.")
+    tool_error_observation: str = Field(
+        " error: {error} ",
+        description="What the model sees when a tool raises or times out; '{error}' becomes the reason.",
+    )
     # Outputs
     output_dir: str = Field("runs/{time}", description="Run folder; '{time}' becomes the start time.")
     save_steps: int = Field(0, ge=0, description="Checkpoint every N steps (0: only at the end).")
@@ -96,11 +111,26 @@ class TrainConfig(StrictModel):
             )
         if not self.reward_funcs:
             raise ValueError("reward_funcs is empty: at least one reward function is needed")
+        for key in ("name", "end"):
+            values = [getattr(tool, key) for tool in self.tools]
+            repeated = sorted({v for v in values if values.count(v) > 1})
+            if repeated:
+                raise ValueError(f"tools: two tools share the {key} {repeated[0]!r}; each needs its own")
         return self
 
     @property
     def samples_per_step(self) -> int:
         return self.prompts_per_step * self.num_generations
+
+    def tool_use(self) -> ToolUse | None:
+        if not self.tools:
+            return None
+        return ToolUse(
+            tools=self.tools,
+            max_turns=self.max_turns,
+            max_observation_tokens=self.max_observation_tokens,
+            error_observation=self.tool_error_observation,
+        )
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(

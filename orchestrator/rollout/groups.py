@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from orchestrator.config.sampling import SamplingConfig
+from orchestrator.config.tools import ToolUse
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,6 +21,16 @@ class GroupRequest:
     prompt_ids: list[int]
     num_generations: int
     sampling: SamplingConfig
+    tools: ToolUse | None = None  # multi-turn: run tool calls and continue (workers/rollout/multi_turn.py)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+    name: str
+    call: str  # the text between the tool's begin and end tags
+    result: str  # what the model saw between the result tags (after truncation), error text included
+    status: str  # "ok", "error" (the tool raised or returned a non-string) or "timeout"
+    latency_s: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,10 +38,15 @@ class Sample:
     sample_index: int
     completion: str
     completion_ids: list[int]
-    logprobs: list[float]  # of each sampled token, under the distribution actually sampled
+    logprobs: list[float | None]  # of each sampled token, under the distribution actually sampled
     finish_reason: str  # "stop" (EOS or a configured stop) or "length"
     stop_reason: str | None  # the stop string, or the stop token id as text; None for EOS/length
     stop_token_id: int | None  # the stop token id when one ended the sample
+    # Multi-turn samples: completion_ids interleave model and observation tokens; observation_mask
+    # marks the observation tokens (never trained on), whose logprobs are None.
+    observation_mask: list[int] | None = None  # None: every token is the model's
+    turns: int = 1
+    tool_calls: list[ToolCall] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)

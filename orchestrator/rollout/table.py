@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from orchestrator.rollout.groups import GroupRequest, GroupResult, assemble
+
+TOOL_CALL = pa.struct(
+    [("name", pa.string()), ("call", pa.string()), ("result", pa.string()), ("status", pa.string()), ("latency_s", pa.float64())]
+)
 
 ROLLOUT_SCHEMA = pa.schema(
     [
@@ -24,6 +29,9 @@ ROLLOUT_SCHEMA = pa.schema(
         ("stop_token_id", pa.int32()),
         ("engine_id", pa.int32()),
         ("policy_version", pa.int64()),
+        ("observation_mask", pa.list_(pa.int8())),  # 1: a tool's observation token (never trained on)
+        ("turns", pa.int32()),
+        ("tool_calls", pa.list_(TOOL_CALL)),
     ]
 )
 
@@ -46,6 +54,9 @@ def rollout_table(requests: list[GroupRequest], results: list[GroupResult]) -> p
             columns["stop_token_id"].append(sample.stop_token_id)
             columns["engine_id"].append(result.engine_id)
             columns["policy_version"].append(result.policy_version)
+            columns["observation_mask"].append(sample.observation_mask or [0] * len(sample.completion_ids))
+            columns["turns"].append(sample.turns)
+            columns["tool_calls"].append([dataclasses.asdict(call) for call in sample.tool_calls])
     return pa.table(columns, schema=ROLLOUT_SCHEMA)
 
 

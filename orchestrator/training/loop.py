@@ -69,6 +69,7 @@ class GRPORun:
         self.stream = PromptStream(prompts, seed=config.seed, position=resume.stream_position)
         self.policy_version = resume.policy_version
         self.sampling = config.sampling()
+        self.tool_use = config.tool_use()
         self._reward_task = None
         self._stop_requested = False
         # A control request left from before a resume is history, not a new request.
@@ -212,6 +213,7 @@ class GRPORun:
                 prompt_ids=tokenizer(item.prompt)["input_ids"],
                 num_generations=self.config.num_generations,
                 sampling=self.sampling,
+                tools=self.tool_use,
             )
             for item in items
         ]

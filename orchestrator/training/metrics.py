@@ -13,7 +13,8 @@ def rollout_metrics(table: pa.Table, eos_token_id: int | None) -> dict[str, floa
     """Reward, length and how-it-ended statistics of one step's samples."""
     rewards = np.asarray(table.column("reward").to_pylist(), dtype=np.float64)
     completions = table.column("completion_ids").to_pylist()
-    lengths = np.asarray([len(c) for c in completions], dtype=np.float64)
+    observed = table.column("observation_mask").to_pylist()
+    lengths = np.asarray([len(c) - sum(m) for c, m in zip(completions, observed)], dtype=np.float64)  # model tokens
     finish = table.column("finish_reason").to_pylist()
     stop_reason = table.column("stop_reason").to_pylist()
     at_eos = [f == "stop" and s is None and bool(c) and c[-1] == eos_token_id for f, s, c in zip(finish, stop_reason, completions)]
@@ -31,10 +32,26 @@ def rollout_metrics(table: pa.Table, eos_token_id: int | None) -> dict[str, floa
         "ended/stop": float(np.mean(at_stop)),
         "ended/truncated": float(np.mean(truncated)),
     }
+    if any(t > 1 for t in table.column("turns").to_pylist()) or any(table.column("tool_calls").to_pylist()):
+        metrics.update(tool_metrics(table, observed))
     for name in table.column_names:
         if name.startswith("rewards/"):
             metrics[f"{name}/mean"] = float(np.mean(table.column(name).to_pylist()))
     return metrics
+
+
+def tool_metrics(table: pa.Table, observed: list[list[int]]) -> dict[str, float]:
+    """How multi-turn samples went: turns, tool calls by outcome, tool latency, observation tokens."""
+    calls = [call for sample in table.column("tool_calls").to_pylist() for call in sample]
+    latencies = [call["latency_s"] for call in calls]
+    return {
+        "turns/mean": float(np.mean(table.column("turns").to_pylist())),
+        "tools/calls": len(calls),
+        "tools/errors": sum(call["status"] == "error" for call in calls),
+        "tools/timeouts": sum(call["status"] == "timeout" for call in calls),
+        "tools/latency_mean_s": float(np.mean(latencies)) if latencies else 0.0,
+        "observation_tokens/mean": float(np.mean([sum(m) for m in observed])),
+    }
 
 
 class MetricsLog:

@@ -29,6 +29,7 @@ def preflight(config: TrainConfig) -> Checked:
     records = _read_records(config)
     for spec in config.reward_funcs:
         resolve(spec)
+    _check_tools(config)
     model, tokenizer_name = resolve_model(config.model, config.tokenizer)
     tokenizer = load_tokenizer(tokenizer_name, config.added_tokens, warn=False)  # the learner warns
     _check_embedding_size(model, tokenizer, resized=bool(config.added_tokens))
@@ -41,11 +42,27 @@ def preflight(config: TrainConfig) -> Checked:
     return Checked(model, tokenizer_name, prompts, columns, dropped, max(lengths))
 
 
+def _check_tools(config: TrainConfig) -> None:
+    from workers.tools.runner import resolve
+
+    for index, tool in enumerate(config.tools):
+        resolve(tool.fn, key=f"tools[{index}].fn")
+    if config.tools and config.skip_special_tokens:
+        raise UserError(
+            "skip_special_tokens: true would hide tool tags that are special tokens from the text the tool "
+            "calls are read from; set skip_special_tokens: false when tools are configured"
+        )
+
+
 def _read_records(config: TrainConfig) -> list[dict]:
     if config.prompts == "builtin:search":
         from orchestrator.builtin import search_task
 
         return [{"prompt": prompt} for prompt in search_task.all_prompts()]
+    if config.prompts == "builtin:lookup":
+        from orchestrator.builtin import lookup_task
+
+        return lookup_task.records()
     from orchestrator.data.prompts import read_records
 
     return read_records(config.prompts)

@@ -1,24 +1,22 @@
 """Reward functions: TRL's signature `fn(prompts, completions, completion_ids, **kwargs) -> list[float]`.
 
-Referenced as `path/to/file.py:name`, `package.module:name` or `builtin:NAME`. They are resolved on
-the driver before anything starts (so a typo fails at once) and run in a Ray task, so a reward
-that is heavy (a model, a sandbox) runs wherever the cluster has room, not in the driver. Each
-worker process imports a reward file once and reuses it.
+Referenced as `path/to/file.py:name`, `package.module:name` or `builtin:NAME` (see
+user_functions.py). They run in a Ray task, so a reward that is heavy (a model, a sandbox) runs
+wherever the cluster has room, not in the driver.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import math
 from collections.abc import Callable
-from pathlib import Path
 
+from orchestrator import user_functions
 from orchestrator.errors import UserError
 
 BUILTIN = {
     "search_call": "orchestrator.builtin.search_task:search_call_reward",
     "summary_length": "orchestrator.builtin.length_reward:summary_length",
+    "exact_code": "orchestrator.builtin.lookup_task:exact_code_reward",
 }
 
 
@@ -31,32 +29,7 @@ class RewardError(UserError):
 
 def resolve(spec: str) -> Callable:
     """Import the function a reward spec names; errors say which spec and why."""
-    target = BUILTIN.get(spec.removeprefix("builtin:"), spec) if spec.startswith("builtin:") else spec
-    if spec.startswith("builtin:") and spec.removeprefix("builtin:") not in BUILTIN:
-        raise UserError(f"reward_funcs: unknown built-in {spec!r} (built-ins: {', '.join('builtin:' + k for k in BUILTIN)})")
-    source, sep, name = target.rpartition(":")
-    if not sep or not source or not name:
-        raise UserError(f"reward_funcs: {spec!r} is not 'file.py:name', 'module:name' or 'builtin:NAME'")
-    try:
-        module = _load_file(source) if source.endswith(".py") else importlib.import_module(source)
-    except UserError:
-        raise
-    except Exception as error:  # the user's module failed to import: say which and why
-        raise UserError(f"reward_funcs: cannot import {source!r} for {spec!r}: {type(error).__name__}: {error}") from None
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise UserError(f"reward_funcs: {source!r} has no function {name!r} (from {spec!r})")
-    return fn
-
-
-def _load_file(path: str):
-    file = Path(path)
-    if not file.is_file():
-        raise UserError(f"reward_funcs: file {path} does not exist")
-    module_spec = importlib.util.spec_from_file_location(f"user_reward_{file.stem}", file)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
+    return user_functions.resolve(spec, "reward_funcs", BUILTIN)
 
 
 def score(

@@ -97,7 +97,8 @@ class GRPOLearner:
         start = time.perf_counter()
         trainer = self.trainer
         inputs = {key: torch.tensor(value, device=self.device) for key, value in batch.items()}
-        mask = inputs["completion_mask"]
+        # The model's own tokens; a tool's observation tokens (tool_mask 0) are context, not trained on.
+        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
         self.model.train()
         if self.config.beta != 0.0:
             with torch.no_grad():

@@ -36,13 +36,16 @@ class RolloutWorker:
             shutil.copyfile(model_config, self._folder / "config.json")
         self._args = (engine_id, model or str(self._folder), self._folder, config, device, seed, model is None)
         self._engine = None
+        self._tools = None
         self._corrupt_next_load = False
 
     async def start(self) -> TokenizerFingerprint:
         """Build the engine (tens of seconds) and return the fingerprint of its tokenizer."""
         from workers.rollout.engine import RolloutEngine
+        from workers.tools.runner import RayToolRunner
 
-        self._engine = RolloutEngine(*self._args)
+        self._tools = RayToolRunner(node_id=self.node_id())  # its host actor shares this actor's fate
+        self._engine = RolloutEngine(*self._args, call_tool=self._tools)
         await self._engine.warm_up()
         return self._engine.tokenizer_fingerprint()
 
@@ -85,6 +88,8 @@ class RolloutWorker:
         return os.getpid()
 
     def shutdown(self) -> None:
+        if self._tools is not None:
+            self._tools.shutdown()
         if self._engine is not None:
             self._engine.shutdown()
             self._engine = None

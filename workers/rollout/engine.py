@@ -8,14 +8,17 @@ folder the caller wrote, and it reports the fingerprint of the tokenizer vLLM re
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from pathlib import Path
 from typing import Literal
 
 from orchestrator.config.rollout import RolloutConfig
-from orchestrator.rollout.groups import GroupRequest, GroupResult
+from orchestrator.config.tools import ToolUse
+from orchestrator.rollout.groups import GroupRequest, GroupResult, Sample
 from orchestrator.tokenizer.fingerprint import TokenizerFingerprint, fingerprint
-from workers.rollout.sampling import to_samples, vllm_params
+from workers.rollout.multi_turn import CallTool, Vocabulary, run_sample
+from workers.rollout.sampling import to_samples, to_turn, turn_params, turn_seed, vllm_params
 
 Device = Literal["cpu", "cuda"]
 CPU_KV_CACHE_BYTES = 256 << 20
@@ -60,13 +63,16 @@ class RolloutEngine:
         device: Device,
         seed: int = 0,
         placeholder_weights: bool = False,
+        call_tool: CallTool | None = None,
     ):
+        """`call_tool` runs tool calls of multi-turn groups (the actor passes a Ray-task runner)."""
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.engine_id = engine_id
         self.config = config
         self.policy_version = 0
         self._request_ids = itertools.count()
+        self._call_tool = call_tool
         self._llm = AsyncLLM.from_engine_args(engine_args(model, tokenizer_dir, config, device, seed, placeholder_weights))
         tokenizer = self._llm.get_tokenizer()
         self._eos_id = tokenizer.eos_token_id
@@ -86,26 +92,62 @@ class RolloutEngine:
     async def generate(self, request: GroupRequest) -> GroupResult:
         """All `num_generations` samples of one group, stamped with the policy that made them."""
         version = self.policy_version
-        params = vllm_params(request.sampling, request.num_generations, request.group_id)
-        request_id = f"e{self.engine_id}-g{request.group_id}-{next(self._request_ids)}"
+        request_ids: list[str] = []
+        work = self._tool_samples(request, request_ids) if request.tools else self._samples(request, request_ids)
         try:
-            final = await asyncio.wait_for(self._last_output(request, params, request_id), self.config.request_timeout_s)
+            samples = await asyncio.wait_for(work, self.config.request_timeout_s)
         except TimeoutError:
-            await self._llm.abort(request_id)
+            await self._llm.abort(request_ids)
             raise TimeoutError(
                 f"engine {self.engine_id}: group {request.group_id} did not finish within "
                 f"rollout.request_timeout_s={self.config.request_timeout_s}s"
             ) from None
-        return GroupResult(
-            group_id=request.group_id,
-            engine_id=self.engine_id,
-            policy_version=version,
-            samples=to_samples(final.outputs, self._eos_id, self._eos_text),
+        return GroupResult(group_id=request.group_id, engine_id=self.engine_id, policy_version=version, samples=samples)
+
+    async def _samples(self, request: GroupRequest, request_ids: list[str]) -> list[Sample]:
+        """Single-turn: one vLLM request with n = num_generations."""
+        params = vllm_params(request.sampling, request.num_generations, request.group_id)
+        final = await self._final_output(request.prompt_ids, params, f"g{request.group_id}", request_ids)
+        return to_samples(final.outputs, self._eos_id, self._eos_text)
+
+    async def _tool_samples(self, request: GroupRequest, request_ids: list[str]) -> list[Sample]:
+        """Multi-turn: every sample runs its own generate -> tool -> continue loop, all concurrently."""
+        use = request.tools
+        vocabulary = self._vocabulary(use)
+
+        def generate_turn(sample_index: int):
+            async def turn(context_ids: list[int], max_tokens: int, turn_index: int):
+                seed = turn_seed(request.sampling, request.group_id, sample_index, turn_index)
+                params = turn_params(request.sampling, use, max_tokens, seed, list(vocabulary.end_tag_ids))
+                name = f"g{request.group_id}-s{sample_index}-t{turn_index}"
+                return to_turn((await self._final_output(context_ids, params, name, request_ids)).outputs[0])
+
+            return turn
+
+        context = {"prompt": request.prompt, "group_id": request.group_id}
+        samples = [
+            run_sample(i, request.prompt_ids, request.sampling.max_tokens, use, vocabulary, generate_turn(i), self._call_tool, context)
+            for i in range(request.num_generations)
+        ]
+        return list(await asyncio.gather(*samples))
+
+    def _vocabulary(self, use: ToolUse) -> Vocabulary:
+        tokenizer = self._llm.get_tokenizer()
+        encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+        end_tags = {tool.name: encode(tool.end) for tool in use.tools}
+        return Vocabulary(
+            encode=encode,
+            decode=functools.partial(tokenizer.decode, skip_special_tokens=False),
+            eos_token_id=self._eos_id,
+            eos_text=self._eos_text,
+            end_tag_ids={ids[0]: name for name, ids in end_tags.items() if len(ids) == 1},
         )
 
-    async def _last_output(self, request: GroupRequest, params, request_id: str):
+    async def _final_output(self, prompt_ids: list[int], params, name: str, request_ids: list[str]):
+        request_id = f"e{self.engine_id}-{name}-{next(self._request_ids)}"
+        request_ids.append(request_id)
         final = None
-        async for output in self._llm.generate({"prompt_token_ids": request.prompt_ids}, params, request_id):
+        async for output in self._llm.generate({"prompt_token_ids": prompt_ids}, params, request_id):
             final = output
         return final
 

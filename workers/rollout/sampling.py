@@ -9,10 +9,24 @@ learner can compare against them; and EOS is never left in the completion text.
 from __future__ import annotations
 
 from orchestrator.config.sampling import SamplingConfig
+from orchestrator.config.tools import ToolUse
 from orchestrator.rollout.groups import Sample
+from workers.rollout.multi_turn import Turn
 
 
 def vllm_params(sampling: SamplingConfig, n: int, group_id: int):
+    seed = None if sampling.seed is None else sampling.seed + group_id
+    return _params(sampling, n, seed, sampling.max_tokens, sampling.stop, sampling.stop_token_ids, sampling.include_stop_str_in_output)
+
+
+def turn_params(sampling: SamplingConfig, use: ToolUse, max_tokens: int, seed: int | None, end_tag_ids: list[int]):
+    """One turn of one multi-turn sample: the user's sampling plus a stop at every tool's end tag
+    (by token id where the tag is one token), kept in the output so the call can be read."""
+    stop = [*sampling.stop, *(tool.end for tool in use.tools)]
+    return _params(sampling, 1, seed, max_tokens, stop, [*sampling.stop_token_ids, *end_tag_ids], include_stop=True)
+
+
+def _params(sampling: SamplingConfig, n: int, seed: int | None, max_tokens: int, stop, stop_token_ids, include_stop: bool):
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -21,15 +35,32 @@ def vllm_params(sampling: SamplingConfig, n: int, group_id: int):
         temperature=sampling.temperature,
         top_p=sampling.top_p,
         top_k=sampling.top_k,
-        seed=None if sampling.seed is None else sampling.seed + group_id,
-        max_tokens=sampling.max_tokens,
-        stop=list(sampling.stop),
-        stop_token_ids=list(sampling.stop_token_ids),
-        include_stop_str_in_output=sampling.include_stop_str_in_output,
+        seed=seed,
+        max_tokens=max_tokens,
+        stop=list(stop),
+        stop_token_ids=list(stop_token_ids),
+        include_stop_str_in_output=include_stop,
         ignore_eos=sampling.ignore_eos,
         skip_special_tokens=sampling.skip_special_tokens,
         logprobs=0,  # the sampled token's logprob only
         output_kind=RequestOutputKind.FINAL_ONLY,  # all n completions at once, at the end
+    )
+
+
+def turn_seed(sampling: SamplingConfig, group_id: int, sample_index: int, turn: int) -> int | None:
+    """Each turn of each sample gets its own seed, so results do not depend on the engine."""
+    if sampling.seed is None:
+        return None
+    return (((sampling.seed + group_id) * 1_000_003 + sample_index) * 1_009 + turn) % (1 << 63)
+
+
+def to_turn(completion) -> Turn:
+    return Turn(
+        token_ids=list(completion.token_ids),
+        text=completion.text,
+        logprobs=_sampled_logprobs(completion),
+        finish_reason=str(completion.finish_reason),
+        stop_reason=completion.stop_reason,
     )
 
 

@@ -44,6 +44,14 @@ def test_step_uses_trl_loss_and_matches_behaviour_logprobs(learner):
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
+def test_observation_tokens_are_left_out_of_the_logprob_check(learner):
+    batch = _batch(learner)
+    batch["old_per_token_logps"][0, 1:3] = -50.0  # tokens 1-2 of row 0 played the part of a tool's result
+    batch["tool_mask"] = np.ones_like(batch["completion_mask"])
+    batch["tool_mask"][0, 1:3] = 0
+    assert learner.train_step(batch)["rollout/logprob_abs_diff"] < 1e-4
+
+
 def test_rewarded_completion_becomes_more_likely(learner):
     def call_logp():  # summed logprob of the rewarded completion (row 0) under the current weights
         batch = _batch(learner)

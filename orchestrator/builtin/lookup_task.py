@@ -1,0 +1,102 @@
+"""The built-in tool task: answer a question whose answer only the lookup tool knows.
+
+Each prompt asks for the code word of a topic. The codes live in a small table (`CODES`) that the
+model never sees in pre-training, so the only way to the answer is a search call:
+
+    Q: what is the code of apple ? A: <search> apple </search><result> jade </result> answer jade
+
+The model writes everything up to `</search>`; the rollout stops there, runs `lookup` (the tool),
+appends `<result> ... </result>` as observation tokens and lets the model continue. The tiny model
+is pre-trained on the same shape with *random* results (so it learns to copy a result, not the
+table), mixed with imperfect habits: searching the wrong topic, ignoring the result, not searching
+at all. GRPO with `exact_code_reward` has to unlearn those habits.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+SEARCH_BEGIN, SEARCH_END = "<search>", "</search>"
+RESULT_BEGIN, RESULT_END = "<result>", "</result>"
+ADDED_TOKENS = (SEARCH_BEGIN, SEARCH_END, RESULT_BEGIN, RESULT_END)
+
+TOPICS = (
+    "apple", "river", "paris", "tiger", "piano", "copper", "winter", "rocket",
+    "garden", "violin", "desert", "falcon", "harbor", "lemon", "marble", "nickel",
+)
+WORDS = ("amber", "basil", "cobalt", "delta", "ember", "flint", "gamma", "hazel", "indigo", "jade", "koala", "lilac")
+
+# The bundled lookup table: the tool's knowledge, and the reward's ground truth.
+CODES = {topic: WORDS[(7 * index + 3) % len(WORDS)] for index, topic in enumerate(TOPICS)}
+
+PROMPT_TEMPLATES = (
+    "Q: what is the code of {topic} ? A:",
+    "Q: give the code for {topic} . A:",
+)
+
+# Share of each completion shape in the pre-training corpus. Only "ideal" reliably scores.
+CORPUS_MIX = (
+    ("ideal", 0.35),
+    ("wrong_topic", 0.25),
+    ("ignores_result", 0.20),
+    ("no_call", 0.20),
+)
+
+
+def prompt_for(topic: str, template_index: int = 0) -> str:
+    return PROMPT_TEMPLATES[template_index % len(PROMPT_TEMPLATES)].format(topic=topic)
+
+
+def records() -> list[dict]:
+    """The built-in training set: every topic with every template, with its answer column."""
+    return [
+        {"prompt": prompt_for(topic, t), "answer": CODES[topic]}
+        for t in range(len(PROMPT_TEMPLATES))
+        for topic in TOPICS
+    ]
+
+
+def lookup(call_text: str, **context) -> str:
+    """The demo tool: the code of the topic searched for, or 'unknown'."""
+    return f" {CODES.get(call_text.strip(), 'unknown')} "
+
+
+def _completion(kind: str, topic: str, rng: random.Random) -> str:
+    result = rng.choice(WORDS)  # random, so the model learns to copy, never the table itself
+    call = f" {SEARCH_BEGIN} {topic} {SEARCH_END}{RESULT_BEGIN} {result} {RESULT_END}"
+    if kind == "ideal":
+        return f"{call} answer {result}"
+    if kind == "wrong_topic":
+        other = rng.choice([t for t in TOPICS if t != topic])
+        return f" {SEARCH_BEGIN} {other} {SEARCH_END}{RESULT_BEGIN} {result} {RESULT_END} answer {result}"
+    if kind == "ignores_result":
+        return f"{call} answer {rng.choice([w for w in WORDS if w != result])}"
+    if kind == "no_call":
+        return f" answer {result}"
+    raise ValueError(f"unknown completion kind {kind!r}")
+
+
+def corpus(num_examples: int, seed: int) -> list[tuple[str, str]]:
+    """(prompt, completion) pairs for pre-training the tiny tool model; seeded, deterministic."""
+    rng = random.Random(seed)
+    kinds = [kind for kind, _ in CORPUS_MIX]
+    weights = [weight for _, weight in CORPUS_MIX]
+    pairs = []
+    for _ in range(num_examples):
+        topic = rng.choice(TOPICS)
+        prompt = prompt_for(topic, rng.randrange(len(PROMPT_TEMPLATES)))
+        pairs.append((prompt, _completion(rng.choices(kinds, weights)[0], topic, rng)))
+    return pairs
+
+
+_ANSWER = re.compile(r"answer\s+(\S+)\s*$")
+
+
+def exact_code_reward(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
+    """1.0 when the completion ends with `answer CODE` and CODE is the table's; 0.0 otherwise."""
+    rewards = []
+    for completion, expected in zip(completions, answer, strict=True):
+        final = _ANSWER.search(completion.rsplit(RESULT_END, 1)[-1])
+        rewards.append(1.0 if final and final.group(1) == expected else 0.0)
+    return rewards

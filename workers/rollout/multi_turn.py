@@ -1,0 +1,152 @@
+"""One multi-turn sample: generate until a tool call closes, run the tool, append its result, go on.
+
+    prompt | model turn ... <search> q </search> | <result> r </result> | model turn ... EOS
+             ^ model tokens (trained on)            ^ observation tokens (mask 1, never trained on)
+
+Plain async code (no vLLM, no Ray): the engine passes in how to generate one turn and how to call
+a tool, so this loop is unit-tested with stand-ins. Each sample runs its own loop; the engine runs
+all of them at once, so vLLM batches turns of different samples and groups continuously.
+
+Rules:
+- A turn ends at EOS, at a configured stop, at a tool's `end` tag, or at the token budget.
+- A tool call is the text of that turn between the tool's last `begin` and its `end`. A turn that
+  ends at `end` with no `begin` before it made no call: the sample ends there.
+- The observation is `result_begin + result + result_end`, tokenized with the canonical tokenizer
+  and appended as token ids; the model's own tokens are never re-tokenized. The result is cut to
+  `max_observation_tokens`, and the whole observation to the budget left.
+- `max_completion_length` (the budget) counts model and observation tokens together; at most
+  `max_turns` model turns are generated, so a call in the last turn is not run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+
+from orchestrator.config.tools import ToolConfig, ToolUse
+from orchestrator.rollout.groups import Sample, ToolCall
+
+
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    """One generation segment as the engine returned it."""
+
+    token_ids: list[int]
+    text: str
+    logprobs: list[float]
+    finish_reason: str  # "stop" or "length"
+    stop_reason: str | int | None  # vLLM's: the stop string, the stop token id, or None (EOS / length)
+
+
+GenerateTurn = Callable[[list[int], int, int], Awaitable[Turn]]  # (context ids, max tokens, turn) -> Turn
+# -> (result, "ok", latency) or (why it failed, "error" | "timeout", latency)
+CallTool = Callable[[ToolConfig, str, dict], Awaitable[tuple[str, str, float]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocabulary:
+    """The canonical tokenizer, as the loop needs it."""
+
+    encode: Callable[[str], list[int]]  # without special tokens added
+    decode: Callable[[list[int]], str]
+    eos_token_id: int | None
+    eos_text: str | None
+    end_tag_ids: dict[int, str]  # token id -> tool name, for end tags that are a single token
+
+
+async def run_sample(
+    sample_index: int,
+    prompt_ids: list[int],
+    budget: int,
+    use: ToolUse,
+    vocabulary: Vocabulary,
+    generate_turn: GenerateTurn,
+    call_tool: CallTool,
+    context: dict,
+) -> Sample:
+    ids: list[int] = []
+    logprobs: list[float | None] = []
+    mask: list[int] = []
+    text = ""
+    calls: list[ToolCall] = []
+    turns = 0
+    finish_reason, stop_reason, stop_token_id = "length", None, None
+    while turns < use.max_turns and len(ids) < budget:
+        turn = await generate_turn(prompt_ids + ids, budget - len(ids), turns)
+        turns += 1
+        ids += turn.token_ids
+        logprobs += turn.logprobs
+        mask += [0] * len(turn.token_ids)
+        finish_reason, stop_reason, stop_token_id = _ending(turn)
+        tool = _closed_call(turn, use.tools, vocabulary)
+        if tool is None and _ended_at_eos(turn, vocabulary):
+            text += _without_eos(turn.text, vocabulary.eos_text)
+        else:
+            text += turn.text
+        if tool is None or turns == use.max_turns:
+            break
+        call_text = _call_text(turn.text, tool)
+        if call_text is None or len(ids) >= budget:  # not a call, or no room left for its result
+            break
+        result, status, latency = await call_tool(tool, call_text, {**context, "sample_index": sample_index, "turn": turns - 1})
+        if status != "ok":
+            result = use.error_observation.replace("{error}", result)
+        observation, seen = _observation(tool, result, use.max_observation_tokens, budget - len(ids), vocabulary)
+        calls.append(ToolCall(name=tool.name, call=call_text, result=seen, status=status, latency_s=latency))
+        ids += observation
+        logprobs += [None] * len(observation)
+        mask += [1] * len(observation)
+        text += vocabulary.decode(observation)
+        finish_reason, stop_reason, stop_token_id = "length", None, None  # until a later turn ends otherwise
+    return Sample(
+        sample_index=sample_index,
+        completion=text,
+        completion_ids=ids,
+        logprobs=logprobs,
+        finish_reason=finish_reason,
+        stop_reason=stop_reason,
+        stop_token_id=stop_token_id,
+        observation_mask=mask,
+        turns=turns,
+        tool_calls=calls,
+    )
+
+
+def _ending(turn: Turn) -> tuple[str, str | None, int | None]:
+    reason = turn.stop_reason
+    return turn.finish_reason, None if reason is None else str(reason), reason if isinstance(reason, int) else None
+
+
+def _closed_call(turn: Turn, tools: list[ToolConfig], vocabulary: Vocabulary) -> ToolConfig | None:
+    """The tool whose end tag ended this turn, if one did."""
+    if turn.finish_reason != "stop" or turn.stop_reason is None:
+        return None
+    for tool in tools:
+        if turn.stop_reason == tool.end or vocabulary.end_tag_ids.get(turn.stop_reason) == tool.name:
+            return tool
+    return None
+
+
+def _call_text(text: str, tool: ToolConfig) -> str | None:
+    end = text.rfind(tool.end)
+    begin = text.rfind(tool.begin, 0, end if end >= 0 else len(text))
+    if end < 0 or begin < 0:
+        return None
+    return text[begin + len(tool.begin) : end]
+
+
+def _observation(tool: ToolConfig, result: str, max_tokens: int, room: int, vocabulary: Vocabulary) -> tuple[list[int], str]:
+    """(observation token ids, the result text the model saw)."""
+    begin_ids, result_ids = vocabulary.encode(tool.result_begin), vocabulary.encode(result)
+    kept = result_ids[: min(max_tokens, max(0, room - len(begin_ids)))]
+    if len(kept) < len(result_ids):
+        result = vocabulary.decode(kept)
+    return (begin_ids + kept + vocabulary.encode(tool.result_end))[:room], result
+
+
+def _ended_at_eos(turn: Turn, vocabulary: Vocabulary) -> bool:
+    return turn.finish_reason == "stop" and bool(turn.token_ids) and turn.token_ids[-1] == vocabulary.eos_token_id
+
+
+def _without_eos(text: str, eos_text: str | None) -> str:
+    return text[: -len(eos_text)] if eos_text and text.endswith(eos_text) else text
