@@ -3,8 +3,8 @@
     python -m orchestrator train [--config FILE.yaml] [key=value ...]
 
 Each step takes `prompts_per_step` prompts from the stream (a group each, id = stream position),
-generates `num_generations` samples per group on the rollout pool, scores them in a Ray task,
-normalises advantages within each group, has the learner take one TRL GRPO step with the engines'
+generates `num_generations` samples per group on the rollout pool, scores each group in a Ray task
+the moment it comes back (so rewards overlap the generation of the other groups), normalises advantages within each group, has the learner take one TRL GRPO step with the engines'
 logprobs as the behaviour logprobs, and pushes the new weights to every engine before the next
 step generates anything.
 """
@@ -115,18 +115,27 @@ class GRPORun:
         self._stop_requested = True
         print("\ninterrupt: finishing this step, then saving a checkpoint (Ctrl-C again to abort)", flush=True)
 
-    def _generate(self, requests: list[GroupRequest]) -> pa.Table:
-        """Runs on the thread that owns the pool (the generation thread in async mode), so pool
-        changes (scaling requests, replacements) never race with a running `generate`."""
+    def _generate(self, requests: list[GroupRequest]) -> tuple[pa.Table, list]:
+        """The step's rollout table, and a reward task per group, in request order. Each group is
+        scored the moment it comes back, while other groups still generate. Runs on the thread that
+        owns the pool (the generation thread in async mode), so pool changes (scaling requests,
+        replacements) never race with a running `generate`."""
         self._apply_control()
-        return rollout_table(requests, self.parts.pool.generate(requests))
+        by_id = {request.group_id: request for request in requests}
+        scoring = {}
+
+        def score_group(result) -> None:
+            scoring[result.group_id] = self._score(rollout_table([by_id[result.group_id]], [result]))
+
+        results = self.parts.pool.generate(requests, on_result=score_group)
+        return rollout_table(requests, results), [scoring[request.group_id] for request in requests]
 
     def _submit_generation(self):
         requests = self._requests(self.config.prompts_per_step)  # the stream advances on the main thread
         self._prefetched_groups = len(requests)
         return self._executor.submit(self._generate, requests)
 
-    def _next_batch(self, step: int) -> pa.Table:
+    def _next_batch(self, step: int) -> tuple[pa.Table, list]:
         """On-policy (max_staleness 0): generate now. Async (max_staleness >= 1): take the batch
         generated while the previous step trained, and start generating the next one, which then
         overlaps this step's reward, training and sync."""
@@ -134,7 +143,7 @@ class GRPORun:
             return self._generate(self._requests(self.config.prompts_per_step))
         if self._prefetch is None:
             self._prefetch = self._submit_generation()
-        table = self._prefetch.result()
+        table, score_refs = self._prefetch.result()
         self._prefetch = self._submit_generation() if step < self.config.max_steps else None
         oldest = min(table.column("policy_version").to_pylist())
         if oldest < self.policy_version - self.config.max_staleness:
@@ -142,7 +151,7 @@ class GRPORun:
                 f"step {step}: a sample of policy {oldest} is older than max_staleness={self.config.max_staleness} "
                 f"allows (current policy {self.policy_version})"
             )
-        return table
+        return table, score_refs
 
     def _apply_control(self) -> None:
         """Pick up `python -m orchestrator scale RUN_DIR --engines N` between steps."""
@@ -159,10 +168,10 @@ class GRPORun:
         import ray
 
         start = time.perf_counter()
-        table = self._next_batch(step)
+        table, score_refs = self._next_batch(step)
         generated = time.perf_counter()
 
-        scores = _unwrap(self._score(table))
+        scores = _merge_scores([_unwrap(ref) for ref in score_refs])  # mostly done while generating
         rewards = np.asarray(scores["reward"])
         advantages = group_advantages(rewards, np.asarray(table.column("group_id")), self.config.scale_rewards)
         scored = time.perf_counter()
@@ -259,6 +268,15 @@ class GRPORun:
         prefetched = self._prefetched_groups if self._prefetch is not None else 0
         state = ResumeState(step=step, stream_position=self.stream.position - prefetched, policy_version=self.policy_version)
         return self.run_dir.write_checkpoint(step, lambda folder: ray.get(self.parts.learner.save.remote(folder)), state)
+
+
+def _merge_scores(per_group: list[dict]) -> dict:
+    """One step's scores from its groups' (in request order): lists concatenated, counts summed."""
+    merged = {}
+    for scores in per_group:
+        for key, value in scores.items():
+            merged[key] = merged.get(key, 0) + value if key == "reward_errors" else merged.get(key, []) + value
+    return merged
 
 
 def _unwrap(ref):

@@ -120,3 +120,19 @@ def test_a_folder_without_a_tokenizer(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     err = _train(tmp_path, capsys, f"tokenizer={tmp_path}/empty")
     assert f"cannot load a tokenizer from {tmp_path}/empty" in err
+
+
+def test_a_tool_that_cannot_be_imported_names_its_config_key(tmp_path, capsys):
+    tools = "tools=[{name: lookup, fn: 'builtin:lokup', begin: <search>, end: </search>}]"
+    assert "tools[0].fn: unknown built-in 'builtin:lokup' (built-ins: builtin:lookup)" in _train(tmp_path, capsys, tools)
+
+
+def test_two_tools_with_one_end_tag_are_refused(tmp_path, capsys):
+    tool = "{name: NAME, fn: 'builtin:lookup', begin: <search>, end: </search>}"
+    tools = f"tools=[{tool.replace('NAME', 'a')}, {tool.replace('NAME', 'b')}]"
+    assert "tools: two tools share the end '</search>'; each needs its own" in _train(tmp_path, capsys, tools)
+
+
+def test_a_tool_whose_tags_are_equal_is_refused(tmp_path, capsys):
+    tools = "tools=[{name: t, fn: 'builtin:lookup', begin: '|', end: '|'}]"
+    assert "tool 't': begin and end are both '|'; a call needs two different tags" in _train(tmp_path, capsys, tools)

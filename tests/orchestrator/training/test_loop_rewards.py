@@ -6,7 +6,7 @@ import types
 import pyarrow as pa
 
 from orchestrator.config.train import TrainConfig
-from orchestrator.training.loop import GRPORun, _unwrap
+from orchestrator.training.loop import GRPORun, _merge_scores, _unwrap
 from orchestrator.training.preflight import preflight
 from orchestrator.training.run_dir import RunDir
 
@@ -29,3 +29,9 @@ def test_dataset_columns_reach_the_reward_function(tmp_path, ray_session):
     })
     scores = _unwrap(run._score(table))
     assert scores["reward"] == [1.0, 0.0, 1.0, 1.0]  # the column named group_id does not shadow ours
+
+
+def test_groups_scored_separately_merge_in_request_order():
+    first = {"reward": [1.0, 0.0], "rewards/a": [1.0, 0.0], "reward_errors": 1}
+    second = {"reward": [0.5, 0.5], "rewards/a": [0.5, 0.5], "reward_errors": 0}
+    assert _merge_scores([first, second]) == {"reward": [1.0, 0.0, 0.5, 0.5], "rewards/a": [1.0, 0.0, 0.5, 0.5], "reward_errors": 1}
