@@ -275,7 +275,10 @@ def _merge_scores(per_group: list[dict]) -> dict:
     merged = {}
     for scores in per_group:
         for key, value in scores.items():
-            merged[key] = merged.get(key, 0) + value if key == "reward_errors" else merged.get(key, []) + value
+            if key == "reward_errors":
+                merged[key] = merged.get(key, 0) + value
+            else:  # extend in place: concatenating copies the whole list for every group
+                merged.setdefault(key, []).extend(value)
     return merged
 
 
