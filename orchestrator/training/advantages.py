@@ -2,6 +2,8 @@
 
 Same arithmetic as TRL's GRPO (reward minus the group mean, divided by the group's std + 1e-4
 when scaling by group), keyed by group identity so duplicate prompts stay separate groups.
+Group sums are taken in one pass over the batch (`np.bincount`), so the cost is linear in the
+samples however many groups there are.
 """
 
 from __future__ import annotations
@@ -11,17 +13,15 @@ import numpy as np
 
 def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, scale: str = "group") -> np.ndarray:
     rewards = np.asarray(rewards, dtype=np.float64)
-    group_ids = np.asarray(group_ids)
-    advantages = np.empty_like(rewards)
-    stds = np.empty_like(rewards)
-    for group in np.unique(group_ids):
-        members = group_ids == group
-        if members.sum() < 2:
-            raise ValueError(f"group {group} has {members.sum()} sample(s); GRPO needs at least 2 per group")
-        advantages[members] = rewards[members] - rewards[members].mean()
-        stds[members] = rewards[members].std(ddof=1)
+    groups, member_of, counts = np.unique(np.asarray(group_ids), return_inverse=True, return_counts=True)
+    if (counts < 2).any():
+        small = int(np.argmax(counts < 2))
+        raise ValueError(f"group {groups[small]} has {counts[small]} sample(s); GRPO needs at least 2 per group")
+    means = np.bincount(member_of, weights=rewards) / counts
+    advantages = rewards - means[member_of]
+    stds = np.sqrt(np.bincount(member_of, weights=advantages**2) / (counts - 1))  # ddof=1, as TRL
     if scale == "group":
-        advantages /= stds + 1e-4
+        advantages /= stds[member_of] + 1e-4
     elif scale == "batch":
         advantages /= rewards.std(ddof=1) + 1e-4
     elif scale != "none":
