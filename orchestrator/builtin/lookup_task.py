@@ -62,7 +62,8 @@ def lookup(call_text: str, **context) -> str:
     return f" {CODES.get(call_text.strip(), 'unknown')} "
 
 
-def _completion(kind: str, topic: str, rng: random.Random) -> str:
+def completion(kind: str, topic: str, rng: random.Random) -> str:
+    """One pre-training completion of shape `kind` (see CORPUS_MIX) for a prompt on `topic`."""
     result = rng.choice(WORDS)  # random, so the model learns to copy, never the table itself
     call = f" {SEARCH_BEGIN} {topic} {SEARCH_END}{RESULT_BEGIN} {result} {RESULT_END}"
     if kind == "ideal":
@@ -75,19 +76,6 @@ def _completion(kind: str, topic: str, rng: random.Random) -> str:
     if kind == "no_call":
         return f" answer {result}"
     raise ValueError(f"unknown completion kind {kind!r}")
-
-
-def corpus(num_examples: int, seed: int) -> list[tuple[str, str]]:
-    """(prompt, completion) pairs for pre-training the tiny tool model; seeded, deterministic."""
-    rng = random.Random(seed)
-    kinds = [kind for kind, _ in CORPUS_MIX]
-    weights = [weight for _, weight in CORPUS_MIX]
-    pairs = []
-    for _ in range(num_examples):
-        topic = rng.choice(TOPICS)
-        prompt = prompt_for(topic, rng.randrange(len(PROMPT_TEMPLATES)))
-        pairs.append((prompt, _completion(rng.choices(kinds, weights)[0], topic, rng)))
-    return pairs
 
 
 _ANSWER = re.compile(r"answer\s+(\S+)\s*$")

@@ -56,7 +56,8 @@ def ideal_completion(topic: str) -> str:
     return f" {SEARCH_BEGIN} {topic} {SEARCH_END}"
 
 
-def _completion(kind: str, topic: str, rng: random.Random) -> str:
+def completion(kind: str, topic: str, rng: random.Random) -> str:
+    """One pre-training completion of shape `kind` (see CORPUS_MIX) for a prompt on `topic`."""
     other = rng.choice([t for t in TOPICS if t != topic])
     if kind == "ideal":
         return ideal_completion(topic)
@@ -69,19 +70,6 @@ def _completion(kind: str, topic: str, rng: random.Random) -> str:
     if kind == "no_call":
         return f" {other} is a {rng.choice(('place', 'thing', 'word'))}"
     raise ValueError(f"unknown completion kind {kind!r}")
-
-
-def corpus(num_examples: int, seed: int) -> list[tuple[str, str]]:
-    """(prompt, completion) pairs for pre-training the tiny model; seeded, deterministic."""
-    rng = random.Random(seed)
-    kinds = [kind for kind, _ in CORPUS_MIX]
-    weights = [weight for _, weight in CORPUS_MIX]
-    pairs = []
-    for _ in range(num_examples):
-        topic = rng.choice(TOPICS)
-        prompt = prompt_for(topic, rng.randrange(len(PROMPT_TEMPLATES)))
-        pairs.append((prompt, _completion(rng.choices(kinds, weights)[0], topic, rng)))
-    return pairs
 
 
 def all_prompts() -> list[str]:

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import random
 import shutil
 import tempfile
 from pathlib import Path
@@ -82,8 +83,22 @@ def tiny_model(spec: TinyModelSpec = TinyModelSpec()) -> TinyModel:
     return result
 
 
+def corpus(task: str, num_examples: int, seed: int) -> list[tuple[str, str]]:
+    """(prompt, completion) pairs drawn from a task's CORPUS_MIX; seeded, deterministic."""
+    module = TASKS[task]
+    rng = random.Random(seed)
+    kinds = [kind for kind, _ in module.CORPUS_MIX]
+    weights = [weight for _, weight in module.CORPUS_MIX]
+    pairs = []
+    for _ in range(num_examples):
+        topic = rng.choice(module.TOPICS)
+        prompt = module.prompt_for(topic, rng.randrange(len(module.PROMPT_TEMPLATES)))
+        pairs.append((prompt, module.completion(rng.choices(kinds, weights)[0], topic, rng)))
+    return pairs
+
+
 def _texts(spec: TinyModelSpec) -> list[str]:
-    return [prompt + completion for prompt, completion in TASKS[spec.task].corpus(spec.corpus_examples, spec.seed)]
+    return [prompt + completion for prompt, completion in corpus(spec.task, spec.corpus_examples, spec.seed)]
 
 
 def _build_tokenizers(spec: TinyModelSpec, texts: list[str], added_tokens: tuple[str, ...]):
