@@ -87,6 +87,8 @@ def _bench_parser(commands) -> None:
     p.add_argument("--max-tokens", type=int, default=128, help="tokens per completion, EOS ignored (default: %(default)s)")
     p.add_argument("--steps", type=int, default=5, help="training steps per trainer (default: %(default)s)")
     p.add_argument("--engines", type=int, default=1, help="engines in our pool (default: %(default)s)")
+    p.add_argument("--only", choices=["sync"], help="measure one part alone (sync: weight sync vs memcpy, about two minutes)")
+    p.add_argument("--syncs", type=int, default=5, help="weight syncs timed with --only sync (default: %(default)s)")
     p.add_argument("--out", default="bench.json", help="JSON results (default: %(default)s)")
 
 

@@ -1,5 +1,5 @@
 """Training throughput: our `train` loop vs TRL's GRPOTrainer alone (HF generate, no vLLM), on the
-same model, prompts, reward, batch and lengths; plus weight sync against a plain memory copy."""
+same model, prompts, reward, batch and lengths (weight sync against a memory copy: weight_sync.py)."""
 
 from __future__ import annotations
 
@@ -75,16 +75,3 @@ def trl(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int,
     step_times = np.diff(clock.times)  # from the end of step 1: steady state
     rewards = [e["reward"] for e in trainer.state.log_history if "reward" in e]
     return {"samples_per_s": float(prompts_per_step * n / step_times.mean()), "step_s": float(step_times.mean()), "reward_last": float(rewards[-1])}
-
-
-def memcpy_gbps(nbytes: int, repeats: int = 5) -> float:
-    import torch
-
-    source = torch.ones(nbytes, dtype=torch.uint8)
-    target = torch.empty_like(source)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        target.copy_(source)
-        best = min(best, time.perf_counter() - start)
-    return nbytes / best / 1e9

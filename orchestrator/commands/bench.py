@@ -3,7 +3,8 @@ as JSON. Defaults finish in a few minutes on a 2-core CPU with a ~20M-parameter 
 
 Generation: raw vLLM vs our pool (same engine count) vs HF generate. Training: our loop vs TRL's
 GRPOTrainer alone. Weight sync vs a plain memory copy of the same bytes. Orchestration overhead:
-the share of step time outside generate, reward, train and sync.
+the share of step time outside generate, reward, train and sync. `--only sync` measures weight
+sync alone (about two minutes) and replaces only the sync figures of an existing `--out` file.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 def run_bench(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
-    from orchestrator.bench import generation, training
+    from orchestrator.bench import generation, training, weight_sync
     from orchestrator.bench.model import bench_model, parameter_count
     from orchestrator.builtin import search_task
 
@@ -34,6 +35,14 @@ def run_bench(args: argparse.Namespace) -> int:
         "work": f"{args.prompts} prompts x {n} generations x {tokens} tokens",
     }
     print(f"bench on {result['machine']}; model {result['parameters'] / 1e6:.1f}M parameters; {result['work']}", flush=True)
+    if args.only == "sync":
+        result["sync"] = weight_sync.measure(model, args.engines, args.syncs, args.prompts, n, tokens, seed=0)
+        print(_table(result))
+        out = Path(args.out)
+        saved = json.loads(out.read_text()) if out.is_file() else {}
+        out.write_text(json.dumps({**saved, **result}, indent=2))
+        print(f"saved {args.out}")
+        return 0
     result["raw_vllm"] = generation.raw_vllm(model, prompt_ids, n, tokens, seed=0)
     print(f"raw vLLM: {result['raw_vllm']['tokens_per_s']:.0f} tok/s", flush=True)
     result["pool"] = generation.pool(model, tokenizer, prompts, prompt_ids, n, tokens, seed=0, engines=args.engines)
@@ -47,17 +56,29 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"TRL GRPOTrainer: {result['trl']['samples_per_s']:.1f} samples/s", flush=True)
     sync = result["train"]
     result["sync"] = {"bytes": sync["sync_bytes"], "seconds": sync["sync_s"], "gb_per_s": sync["sync_bytes"] / sync["sync_s"] / 1e9,
-                      "memcpy_gb_per_s": training.memcpy_gbps(sync["sync_bytes"])}
-    table = _table(result)
-    print(table)
+                      "memcpy_gb_per_s": weight_sync.memcpy_gbps(sync["sync_bytes"])}
+    print(_table(result))
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"saved {args.out}")
     return 0
 
 
 def _table(r: dict) -> str:
-    raw, pool, hf, ours, trl, sync = r["raw_vllm"], r["pool"], r["hf_generate"], r["train"], r["trl"], r["sync"]
-    rows = [
+    sync = r["sync"]
+    rows = [] if "train" not in r else _throughput_rows(r)
+    rows.append(
+        ("weight sync", f"{sync['bytes'] / 1e6:.1f} MB in {sync['seconds']:.3f}s = {sync['gb_per_s']:.2f} GB/s",
+         f"{sync['gb_per_s'] / sync['memcpy_gb_per_s']:.2f}x memcpy ({sync['memcpy_gb_per_s']:.1f} GB/s)")
+    )
+    width = max(len(a) for a, _, _ in rows)
+    lines = [f"| {'what':<{width}} | figure | ratio |", f"|{'-' * (width + 2)}|---|---|"]
+    lines += [f"| {a:<{width}} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def _throughput_rows(r: dict) -> list[tuple[str, str, str]]:
+    raw, pool, hf, ours, trl = r["raw_vllm"], r["pool"], r["hf_generate"], r["train"], r["trl"]
+    return [
         ("generation: raw vLLM (1 process)", f"{raw['tokens_per_s']:.0f} tok/s", ""),
         ("generation: our pool", f"{pool['tokens_per_s']:.0f} tok/s", f"{pool['tokens_per_s'] / raw['tokens_per_s']:.2f}x raw vLLM"),
         ("generation: HF generate", f"{hf['tokens_per_s']:.0f} tok/s", f"{hf['tokens_per_s'] / raw['tokens_per_s']:.2f}x raw vLLM"),
@@ -66,10 +87,4 @@ def _table(r: dict) -> str:
         ("train: ours, s/step (gen/reward/train/sync)", f"{ours['step_s']:.2f}",
          " / ".join(f"{ours[p]:.2f}" for p in ("time/generate", "time/reward", "time/train", "time/sync"))),
         ("orchestration overhead", f"{ours['overhead_share'] * 100:.1f}% of step time", ""),
-        ("weight sync", f"{sync['bytes'] / 1e6:.1f} MB in {sync['seconds']:.3f}s = {sync['gb_per_s']:.2f} GB/s",
-         f"{sync['gb_per_s'] / sync['memcpy_gb_per_s']:.2f}x memcpy ({sync['memcpy_gb_per_s']:.1f} GB/s)"),
     ]
-    width = max(len(a) for a, _, _ in rows)
-    lines = [f"| {'what':<{width}} | figure | ratio |", f"|{'-' * (width + 2)}|---|---|"]
-    lines += [f"| {a:<{width}} | {b} | {c} |" for a, b, c in rows]
-    return "\n".join(lines)

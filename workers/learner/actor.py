@@ -39,13 +39,22 @@ class Learner:
     def train_step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         return self._learner.train_step(batch)
 
-    def publish_weights(self, bucket_bytes: int) -> tuple[list, str, int]:
-        """Put the weights in Ray's object store as packed buckets; engines fetch them from there
-        (across nodes, no shared filesystem). Returns (bucket refs, checksum, bytes)."""
+    def publish_weights(self, bucket_bytes: int) -> tuple[list, int]:
+        """Put the weights in Ray's object store in buckets (the learner's one copy of them); engines
+        fetch them from there (across nodes, no shared filesystem). Returns (bucket refs, bytes)."""
         import ray
 
-        buckets, digest = self._learner.weight_buckets(bucket_bytes)
-        return [ray.put(bucket) for bucket in buckets], digest, sum(len(b.data) for b in buckets)
+        buckets = self._learner.weight_buckets(bucket_bytes)
+        return [ray.put(bucket) for bucket in buckets], sum(bucket.nbytes for bucket in buckets)
+
+    def published_checksum(self, bucket_refs: list) -> str:
+        """The checksum of what `publish_weights` put in the object store, read in place there: the
+        transport asks for it while the engines load, and it stays right if training goes on meanwhile."""
+        import ray
+
+        from workers.weights.buckets import checksum
+
+        return checksum(ray.get(bucket_refs))
 
     # GPU path (workers/weights/nccl.py): the learner is rank 0 of the NCCL weight-transfer group.
     def nccl_open(self, address: str, port: int, world_size: int) -> None:

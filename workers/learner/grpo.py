@@ -16,7 +16,7 @@ import torch
 
 from orchestrator.config.train import TrainConfig
 from workers.learner.model_setup import load_model, load_tokenizer
-from workers.weights.buckets import WeightBucket, checksum, pack
+from workers.weights.buckets import WeightBucket, pack
 
 
 LEARNER_STATE = "learner_state.pt"
@@ -134,9 +134,9 @@ class GRPOLearner:
         """(HF name, tensor) for every weight, as vLLM's loaders expect them."""
         return self.trainer.accelerator.unwrap_model(self.model).state_dict().items()
 
-    def weight_buckets(self, bucket_bytes: int) -> tuple[list[WeightBucket], str]:
-        buckets = pack(self.named_weights(), bucket_bytes)
-        return buckets, checksum(buckets)
+    def weight_buckets(self, bucket_bytes: int) -> list[WeightBucket]:
+        """The weights in buckets; on CPU their bytes are views of the live weights, valid until the next step."""
+        return pack(self.named_weights(), bucket_bytes)
 
     def save(self, folder: str) -> None:
         """An HF checkpoint (model + canonical tokenizer) that transformers and vLLM load as is, plus

@@ -57,11 +57,11 @@ class RolloutWorker:
         (policy version, checksum received) for the provenance check."""
         import asyncio
 
-        buckets = await asyncio.gather(*bucket_refs)
+        buckets = await asyncio.gather(*bucket_refs)  # numpy views of the object store: no copy
         if self._corrupt_next_load:
             buckets[0] = _flip_one_byte(buckets[0])
             self._corrupt_next_load = False
-        return await self._engine.load_weights([bucket.to_wire() for bucket in buckets], version)
+        return await self._engine.load_weights(buckets, version)
 
     async def init_nccl(self, init_info: dict) -> None:
         await self._engine.init_nccl(init_info)
@@ -99,6 +99,6 @@ class RolloutWorker:
 def _flip_one_byte(bucket):
     import dataclasses
 
-    data = bytearray(bucket.data)
-    data[len(data) // 2] ^= 0xFF
-    return dataclasses.replace(bucket, data=bytes(data))
+    chunk = bytearray(bucket.chunks[0])
+    chunk[len(chunk) // 2] ^= 0xFF
+    return dataclasses.replace(bucket, chunks=(chunk, *bucket.chunks[1:]))

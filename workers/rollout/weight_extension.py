@@ -1,18 +1,24 @@
 """Loaded into each vLLM worker process (`worker_extension_cls`): receive packed weights in place.
 
-`model_runner.reload_weights` is used rather than `model.load_weights`: on the CPU backend the
-latter fails after start-up because linear layers are repacked when the model loads.
+The bytes arrive in the engine actor's shared-memory staging region (workers/weights/staging.py);
+only their headers travel through `collective_rpc`. `model_runner.reload_weights` is used rather
+than `model.load_weights`: on the CPU backend the latter fails after start-up because linear layers
+are repacked when the model loads.
 """
 
 from __future__ import annotations
 
-from workers.weights.buckets import WeightBucket, checksum, unpack
+from workers.weights.buckets import checksum, unpack
+from workers.weights.staging import StagedRegion
 
 
 class WeightReceiver:
-    def load_weight_buckets(self, wire_buckets: list[dict]) -> str:
-        """Load every tensor of the buckets into the live model; return the checksum received."""
-        buckets = [WeightBucket.from_wire(wire) for wire in wire_buckets]
+    def load_weight_buckets(self, staged: dict) -> str:
+        """Load every tensor of the staged buckets into the live model; return the checksum of
+        the bytes loaded."""
+        if not hasattr(self, "_staged_region"):
+            self._staged_region = StagedRegion()
+        buckets = self._staged_region.buckets(staged)
 
         def tensors():
             for bucket in buckets:

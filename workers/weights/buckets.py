@@ -1,20 +1,25 @@
-"""Weights packed into a few large byte buffers instead of one message per tensor.
+"""Weights grouped into a few large buckets instead of one message per tensor.
 
-A bucket holds whole tensors back to back in one contiguous buffer plus the (name, dtype, shape,
-offset) of each; it crosses Ray's object store and vLLM's `collective_rpc` (which serialises its
-arguments with msgspec, so tensors must travel as bytes). Unpacking is zero-copy. The checksum
-lets the orchestrator prove every engine received exactly what the learner sent.
+A bucket is the (name, dtype, shape, offset) of whole tensors laid out back to back (64-byte
+aligned) plus each tensor's bytes. On the learner those bytes are views of the weights themselves:
+`ray.put` copies them into Ray's object store, the only copy on the learner's side. The engine
+actor reads them in place from the store and writes them, laid out, into the shared-memory region
+its vLLM workers read (workers/weights/staging.py). Unpacking is zero-copy. The checksum lets the
+orchestrator prove every engine received exactly what the learner sent.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Iterable, Iterator
 
+import numpy as np
 import torch
 
 DEFAULT_BUCKET_BYTES = 256 << 20
+ALIGN = 64  # every tensor starts on a cache line, so any dtype can be viewed in place
+
+Chunk = np.ndarray | memoryview | bytes | bytearray  # one tensor's bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,54 +34,58 @@ class TensorEntry:
 @dataclasses.dataclass(frozen=True)
 class WeightBucket:
     entries: tuple[TensorEntry, ...]
-    data: bytes
+    chunks: tuple[Chunk, ...]  # the bytes of each entry, in order
 
-    def to_wire(self) -> dict:
-        """Plain types only, for vLLM's msgspec-serialised `collective_rpc`."""
-        return {
-            "entries": [[e.name, e.dtype, list(e.shape), e.offset, e.nbytes] for e in self.entries],
-            "data": self.data,
-        }
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the laid-out bucket, alignment padding included."""
+        return self.entries[-1].offset + self.entries[-1].nbytes if self.entries else 0
+
+    def header(self) -> list:
+        """The entries as plain lists, for vLLM's msgspec-serialised `collective_rpc`."""
+        return [[e.name, e.dtype, list(e.shape), e.offset, e.nbytes] for e in self.entries]
 
     @staticmethod
-    def from_wire(wire: dict) -> WeightBucket:
-        entries = tuple(TensorEntry(n, d, tuple(s), o, b) for n, d, s, o, b in wire["entries"])
-        return WeightBucket(entries=entries, data=wire["data"])
+    def from_header(header: list, chunks: tuple[Chunk, ...]) -> WeightBucket:
+        return WeightBucket(tuple(TensorEntry(n, d, tuple(s), o, b) for n, d, s, o, b in header), chunks)
 
 
 def pack(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[WeightBucket]:
-    """Pack tensors into buckets of about `bucket_bytes` (a larger tensor gets a bucket of its own)."""
+    """Buckets of about `bucket_bytes` (a larger tensor gets a bucket of its own). The chunks of
+    contiguous CPU tensors are views of them, not copies: use the buckets before the weights change."""
     buckets, entries, chunks, size = [], [], [], 0
     for name, tensor in named_tensors:
         raw = tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8)
         if entries and size + raw.numel() > bucket_bytes:
-            buckets.append(_bucket(entries, chunks))
+            buckets.append(WeightBucket(tuple(entries), tuple(chunks)))
             entries, chunks, size = [], [], 0
         entries.append(TensorEntry(name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), size, raw.numel()))
-        chunks.append(raw)
-        size += raw.numel()
+        chunks.append(raw.numpy())
+        size = -(-(size + raw.numel()) // ALIGN) * ALIGN
     if entries:
-        buckets.append(_bucket(entries, chunks))
+        buckets.append(WeightBucket(tuple(entries), tuple(chunks)))
     return buckets
 
 
-def _bucket(entries: list[TensorEntry], chunks: list[torch.Tensor]) -> WeightBucket:
-    return WeightBucket(entries=tuple(entries), data=torch.cat(chunks).numpy().tobytes())
-
-
 def unpack(bucket: WeightBucket) -> Iterator[tuple[str, torch.Tensor]]:
-    """The bucket's tensors as views of its buffer (no copy)."""
-    buffer = torch.frombuffer(bytearray(bucket.data), dtype=torch.uint8) if bucket.data else torch.empty(0, dtype=torch.uint8)
-    for entry in bucket.entries:
-        raw = buffer[entry.offset : entry.offset + entry.nbytes]
-        yield entry.name, raw.view(getattr(torch, entry.dtype)).view(entry.shape)
+    """The bucket's tensors as views of its chunks (no copy; a read-only chunk is copied once)."""
+    for entry, chunk in zip(bucket.entries, bucket.chunks):
+        if not entry.nbytes:
+            yield entry.name, torch.empty(entry.shape, dtype=getattr(torch, entry.dtype))
+            continue
+        data = bytearray(chunk) if memoryview(chunk).readonly else chunk
+        yield entry.name, torch.frombuffer(data, dtype=torch.uint8).view(getattr(torch, entry.dtype)).view(entry.shape)
 
 
 def checksum(buckets: Iterable[WeightBucket]) -> str:
-    """sha256 over every tensor's name, dtype, shape and bytes, in order."""
-    digest = hashlib.sha256()
+    """XXH3-128 over every tensor's name, dtype, shape and bytes, in order. It proves the bytes
+    arrived unchanged (any flipped byte changes it) at about memory speed on one core: 84 MB in
+    ~13 ms here, against sha256's ~85 ms, on the critical path of every sync."""
+    import xxhash
+
+    digest = xxhash.xxh3_128()
     for bucket in buckets:
-        for entry in bucket.entries:
+        for entry, chunk in zip(bucket.entries, bucket.chunks):
             digest.update(f"{entry.name}|{entry.dtype}|{entry.shape}|".encode())
-        digest.update(bucket.data)
+            digest.update(chunk)
     return digest.hexdigest()[:16]

@@ -1,8 +1,10 @@
 """How weights get from the learner into every engine: one interface, one implementation per device.
 
-`ObjectStoreTransport` (CPU, and any cluster): the learner packs its weights into buckets and puts
-them in Ray's object store; each engine pulls them (node to node, no shared filesystem), pauses,
-loads them in place, resumes, and reports the checksum it received, which is verified.
+`ObjectStoreTransport` (CPU, and any cluster): the learner puts its weights, in buckets, in Ray's
+object store; each engine actor pulls them (node to node, no shared filesystem; read in place on its
+node), lays them out in shared memory for its vLLM workers, pauses, loads them in place, resumes,
+and reports the checksum of what its workers loaded, which is verified against the learner's
+checksum of what it put in the store (computed while the engines load).
 `NcclTransport` (GPU): the same engine-side pause/load/resume, with the bytes moving over NCCL
 through vLLM's native weight-transfer engine; there only the policy version is verified. Both
 enforce one deadline per sync. An engine that dies during a sync is reported in
@@ -76,9 +78,11 @@ class ObjectStoreTransport(WeightTransport):
         start = time.monotonic()
         deadline = start + self.timeout_s
         published, _ = self._await({-1: learner.publish_weights.remote(self.bucket_bytes)}, "publishing weights", deadline)
-        bucket_refs, digest, nbytes = published[-1]
-        loads = {engine_id: actor.load_weights.remote(bucket_refs, version) for engine_id, actor in engines.items()}
-        reports, dead = self._await(loads, f"weight sync to version {version}", deadline)
+        bucket_refs, nbytes = published[-1]
+        calls = {engine_id: actor.load_weights.remote(bucket_refs, version) for engine_id, actor in engines.items()}
+        calls[-1] = learner.published_checksum.remote(bucket_refs)  # hashed on the learner while the engines load
+        reports, dead = self._await(calls, f"weight sync to version {version}", deadline)
+        digest = reports.pop(-1)
         self._verify(digest, version, reports)
         return SyncReport(version, digest, nbytes, time.monotonic() - start, dead)
 

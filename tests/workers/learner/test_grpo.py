@@ -64,10 +64,10 @@ def test_rewarded_completion_becomes_more_likely(learner):
 
 
 def test_weight_buckets_cover_every_weight(learner):
-    buckets, digest = learner.weight_buckets(bucket_bytes=64 << 10)
+    buckets = learner.weight_buckets(bucket_bytes=64 << 10)
     names = [entry.name for bucket in buckets for entry in bucket.entries]
     assert names == [name for name, _ in learner.named_weights()]
-    assert len(buckets) > 1 and len(digest) == 16
+    assert len(buckets) > 1
 
 
 def test_kl_term_against_the_reference_model(tiny):

@@ -3,7 +3,7 @@ import torch
 from workers.weights.buckets import WeightBucket, checksum, pack, unpack
 
 
-def test_round_trip_across_buckets_and_the_wire_format():
+def test_round_trip_across_buckets_and_the_header():
     tensors = {
         "a.weight": torch.randn(4, 8),
         "b.bias": torch.arange(5, dtype=torch.float32),
@@ -11,12 +11,19 @@ def test_round_trip_across_buckets_and_the_wire_format():
     }
     buckets = pack(tensors.items(), bucket_bytes=200)
     assert len(buckets) == 2  # a (128 B) + b (20 B) share one bucket; c (600 B) gets its own
-    wired = [WeightBucket.from_wire(b.to_wire()) for b in buckets]
-    out = dict(item for bucket in wired for item in unpack(bucket))
+    rebuilt = [WeightBucket.from_header(b.header(), tuple(bytes(c) for c in b.chunks)) for b in buckets]
+    out = dict(item for bucket in rebuilt for item in unpack(bucket))
     assert out.keys() == tensors.keys()
     for name, tensor in tensors.items():
         assert out[name].dtype == tensor.dtype and torch.equal(out[name], tensor)
-    assert checksum(wired) == checksum(buckets)
+    assert checksum(rebuilt) == checksum(buckets)
+
+
+def test_cpu_weights_are_packed_without_a_copy_and_laid_out_aligned():
+    tensors = {"odd": torch.ones(3, dtype=torch.int8), "w": torch.randn(5, dtype=torch.float64)}
+    (bucket,) = pack(tensors.items())
+    assert bucket.chunks[1].ctypes.data == tensors["w"].data_ptr()
+    assert [e.offset for e in bucket.entries] == [0, 64] and bucket.nbytes == 64 + 40
 
 
 def test_checksum_sees_a_changed_value():
@@ -24,3 +31,11 @@ def test_checksum_sees_a_changed_value():
     before = checksum(pack(tensors.items()))
     tensors["w"][1] = 1e-6
     assert checksum(pack(tensors.items())) != before
+
+
+def test_checksum_sees_one_flipped_byte_anywhere():
+    (bucket,) = pack({"w": torch.randn(1000), "b": torch.randn(10)}.items())
+    for index in range(2):
+        chunks = [bytearray(c) for c in bucket.chunks]
+        chunks[index][len(chunks[index]) // 2] ^= 0x01
+        assert checksum([WeightBucket(bucket.entries, tuple(chunks))]) != checksum([bucket])

@@ -1,0 +1,52 @@
+"""Weight sync against a plain memory copy of the same bytes (`python -m orchestrator bench --only sync`).
+
+The learner and the pool start as in `train` (each engine takes the learner's weights as it is
+admitted); then `transport.sync` pushes the weights to every engine a few times, exactly as the
+step loop does after each training step, and each sync is timed from the learner's packing to the
+last engine's verified checksum.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+def measure(model: Path, engines: int, syncs: int, prompts_per_step: int, n: int, max_tokens: int, seed: int) -> dict:
+    import ray
+
+    from orchestrator.config.train import TrainConfig
+    from orchestrator.training.loop import start_components
+
+    config = TrainConfig(
+        model=str(model), tokenizer=str(model), prompts_per_step=prompts_per_step, num_generations=n,
+        max_completion_length=max_tokens, seed=seed, rollout={"engines": engines},
+    )
+    parts = start_components(config, str(model), str(model))
+    try:
+        reports = [parts.transport.sync(parts.learner, dict(parts.pool.actors), version) for version in range(1, syncs + 1)]
+    finally:
+        parts.pool.shutdown()
+        ray.kill(parts.learner)
+    seconds = [report.seconds for report in reports]
+    nbytes = reports[-1].bytes
+    mean = sum(seconds) / len(seconds)
+    return {
+        "bytes": nbytes, "engines": engines, "seconds": mean, "seconds_each": seconds,
+        "gb_per_s": nbytes / mean / 1e9, "memcpy_gb_per_s": memcpy_gbps(nbytes),
+    }
+
+
+def memcpy_gbps(nbytes: int, repeats: int = 20) -> float:
+    """The best of `repeats` copies into memory already mapped: on a shared machine the best one is
+    the copy that nothing else slowed down."""
+    import torch
+
+    source = torch.ones(nbytes, dtype=torch.uint8)
+    target = torch.empty_like(source)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        target.copy_(source)
+        best = min(best, time.perf_counter() - start)
+    return nbytes / best / 1e9
