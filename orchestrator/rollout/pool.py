@@ -9,12 +9,18 @@ group past its deadline) is dropped, its in-flight groups go back to the queue f
 engines, and a replacement starts in the background; the replacement serves only once its
 tokenizer fingerprint matches and `on_engine_ready` has brought it to the current weights. Until
 then the pool runs degraded on the engines it has, and fails only when none are left.
+
+Engines come from a launcher (launcher.py): one vLLM actor each by default, or simulated engines,
+which is how `python -m orchestrator simulate` measures this file at hundreds of engines.
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
+import gc
+import queue
 import time
 from collections.abc import Callable
 
@@ -23,6 +29,7 @@ from orchestrator.errors import RunError, UserError
 from orchestrator.placement.labels import ROLE_LABEL, ROLLOUT_ROLE
 from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
 from orchestrator.rollout.groups import GroupRequest, GroupResult
+from orchestrator.rollout.launcher import ActorLauncher, EngineLauncher
 from orchestrator.tokenizer.bundle import TokenizerBundle, bundle_tokenizer
 from orchestrator.tokenizer.fingerprint import differences, fingerprint
 
@@ -53,12 +60,15 @@ class RolloutPool:
         seed: int = 0,
         engine_tokenizer: TokenizerBundle | None = None,
         placement=None,
+        launcher: EngineLauncher | None = None,
     ):
         """`tokenizer` is the canonical tokenizer object; `model` a path or name, or None when the
         engines take their weights from a learner (`engine_tokenizer` then carries config.json too,
         and `on_engine_ready` must load the weights). `engine_tokenizer` overrides what is shipped
-        to the engines (default: the canonical tokenizer), which is how a mismatch is shown."""
+        to the engines (default: the canonical tokenizer), which is how a mismatch is shown.
+        `launcher` starts the engines (default: one vLLM `RolloutWorker` actor each)."""
         self.model = model
+        self.launcher = launcher or ActorLauncher()
         self.placement = placement  # orchestrator.placement.placement.Placement; detected at start
         self.config = config
         self.seed = seed
@@ -109,23 +119,18 @@ class RolloutPool:
         except BaseException:
             self.shutdown()
             raise
+        _freeze_startup_objects()
         return self
 
     def add_engine(self) -> int:
         """Start one more engine in the background; it serves once ready and synced."""
-        import ray
-
-        from workers.rollout.actor import RolloutWorker
-
         engine_id, self._next_id = self._next_id, self._next_id + 1
         gpus = self.config.tensor_parallel_size if self.device == "cuda" else 0
         # Never block here (a replacement must not stall generation): an engine that finds no node
         # misses its start deadline and the pool goes on without it.
         options, self._groups[engine_id] = self.placement.actor_options(ROLLOUT_ROLE, self.config.num_cpus_per_engine, gpus, None)
-        actor = (
-            ray.remote(RolloutWorker)
-            .options(**options, max_concurrency=10_000)
-            .remote(engine_id, self.model, self._bundle_ref, self.config, self.device, self.seed + engine_id)
+        actor = self.launcher.launch(
+            engine_id, self.model, self._bundle_ref, self.config, self.device, self.seed + engine_id, options
         )
         deadline = time.monotonic() + self.config.startup_timeout_s
         self.starting[engine_id] = _Starting(actor, actor.start.remote(), deadline)
@@ -249,7 +254,7 @@ class RolloutPool:
         import ray
 
         try:
-            ray.kill(actor)
+            self.launcher.kill(actor)
         except Exception:  # already gone
             pass
         group = self._groups.pop(engine_id, None)
@@ -261,32 +266,44 @@ class RolloutPool:
     def generate(
         self, requests: list[GroupRequest], on_result: Callable[[GroupResult], None] | None = None
     ) -> list[GroupResult]:
-        """Generate every group; results in completion order (assemble them by group id)."""
+        """Generate every group; results in completion order (assemble them by group id).
+
+        Each group's ObjectRef reports to one queue as it resolves, so what the loop does per
+        group does not grow with the groups in flight: a `ray.wait` over every in-flight ref
+        would, and at hundreds of engines that is thousands of refs per finished group."""
         import ray
 
         self._wait_for_starting(block=False)
         dispatcher = LeastLoadedDispatcher(list(self.actors), self.config.max_inflight_samples)
         pending = collections.deque(requests)
-        inflight: dict[object, tuple[int, GroupRequest]] = {}
+        inflight: dict[concurrent.futures.Future, tuple[int, GroupRequest, object]] = {}  # -> engine, request, ref
+        finished: queue.SimpleQueue[concurrent.futures.Future] = queue.SimpleQueue()
+        groups_on = collections.Counter()  # engine id -> its groups in flight
         results = []
         while pending or inflight:
-            for engine_id in self._wait_for_starting(block=not (set(self.actors) - self.draining) and not inflight):
+            idle = not inflight and not (set(self.actors) - self.draining)
+            for engine_id in self._wait_for_starting(block=idle):
                 dispatcher.add(engine_id)
-            for engine_id in self.draining:
-                dispatcher.remove(engine_id)
-            self._stop_drained(busy={engine_id for engine_id, _ in inflight.values()})
+            if self.draining:
+                for engine_id in self.draining:
+                    dispatcher.remove(engine_id)
+                self._stop_drained(busy={engine_id for engine_id, count in groups_on.items() if count})
             if not self.actors and not inflight:
                 raise EngineFailedError("no rollout engine is left to generate with")
             while pending and (engine_id := dispatcher.pick(pending[0].num_generations)) is not None:
                 request = pending.popleft()
-                inflight[self.actors[engine_id].generate.remote(request)] = (engine_id, request)
+                ref = self.actors[engine_id].generate.remote(request)
+                future = ref.future()
+                inflight[future] = (engine_id, request, ref)
+                future.add_done_callback(finished.put)
                 dispatcher.started(engine_id, request.num_generations)
-            done, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
-            for ref in done:
-                engine_id, request = inflight.pop(ref)
+                groups_on[engine_id] += 1
+            for future in _drain(finished, timeout=1.0):
+                engine_id, request, _ = inflight.pop(future)
                 dispatcher.finished(engine_id, request.num_generations)
+                groups_on[engine_id] -= 1
                 try:
-                    result = ray.get(ref)
+                    result = future.result()
                 except ray.exceptions.RayError as error:
                     if not is_engine_death(error):
                         raise
@@ -317,12 +334,38 @@ class RolloutPool:
             self._kill(engine_id, actor)
         self.actors.clear()
         self.starting.clear()
+        gc.unfreeze()  # see _freeze_startup_objects; interpreter exit then cleans up as usual
 
     def __enter__(self) -> RolloutPool:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def _freeze_startup_objects() -> None:
+    """Keep Python's cycle collector off everything the driver holds at start-up.
+
+    By now the driver has imported Ray, transformers and usually torch: millions of objects that
+    live as long as the process. Every full collection walks all of them, about a second on a small
+    CPU with the GIL held, while results are waiting; and results (each a few dozen containers)
+    trigger such collections as they pile up. Frozen objects are skipped by the collector (they
+    are still freed by reference counting); collecting first keeps existing garbage out of it."""
+    gc.collect()
+    gc.freeze()
+
+
+def _drain(finished: queue.SimpleQueue, timeout: float) -> list:
+    """Everything in the queue, waiting up to `timeout` for the first item (none: empty list)."""
+    try:
+        items = [finished.get(timeout=timeout)]
+    except queue.Empty:
+        return []
+    while True:
+        try:
+            items.append(finished.get_nowait())
+        except queue.Empty:
+            return items
 
 
 def is_engine_death(error: BaseException) -> bool:
