@@ -3,10 +3,11 @@
     python -m orchestrator train [--config FILE.yaml] [key=value ...]
 
 Each step takes `prompts_per_step` prompts from the stream (a group each, id = stream position),
-generates `num_generations` samples per group on the rollout pool, scores each group in a Ray task
-the moment it comes back (so rewards overlap the generation of the other groups), normalises advantages within each group, has the learner take one TRL GRPO step with the engines'
-logprobs as the behaviour logprobs, and pushes the new weights to every engine before the next
-step generates anything.
+generates `num_generations` samples per group on the rollout pool, scores groups in Ray tasks as
+they come back (so rewards overlap the generation of the other groups), normalises advantages
+within each group, has the learner take one TRL GRPO step with the engines' logprobs as the
+behaviour logprobs, and pushes the new weights to every engine before the next step generates
+anything.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from orchestrator.training import plots
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
 from orchestrator.training.metrics import MetricsLog, progress_line, read_metrics, rollout_metrics
+from orchestrator.training.reward_batches import RewardBatches
 from orchestrator.training.run_dir import ResumeState, RunDir
 
 
@@ -115,27 +117,24 @@ class GRPORun:
         self._stop_requested = True
         print("\ninterrupt: finishing this step, then saving a checkpoint (Ctrl-C again to abort)", flush=True)
 
-    def _generate(self, requests: list[GroupRequest]) -> tuple[pa.Table, list]:
-        """The step's rollout table, and a reward task per group, in request order. Each group is
-        scored the moment it comes back, while other groups still generate. Runs on the thread that
-        owns the pool (the generation thread in async mode), so pool changes (scaling requests,
-        replacements) never race with a running `generate`."""
+    def _generate(self, requests: list[GroupRequest]) -> tuple[pa.Table, tuple]:
+        """The step's rollout table in request order, and (requests, their reward tasks). Groups are
+        scored as they come back, while other groups still generate (several groups per task when
+        they come back fast: see reward_batches.py). Runs on the thread that owns the pool (the
+        generation thread in async mode), so pool changes (scaling requests, replacements) never
+        race with a running `generate`."""
         self._apply_control()
         by_id = {request.group_id: request for request in requests}
-        scoring = {}
-
-        def score_group(result) -> None:
-            scoring[result.group_id] = self._score(rollout_table([by_id[result.group_id]], [result]))
-
-        results = self.parts.pool.generate(requests, on_result=score_group)
-        return rollout_table(requests, results), [scoring[request.group_id] for request in requests]
+        scoring = RewardBatches(lambda batch, results: self._score(rollout_table(batch, results)))
+        results = self.parts.pool.generate(requests, on_result=lambda result: scoring.add(by_id[result.group_id], result))
+        return rollout_table(requests, results), (requests, scoring.close())
 
     def _submit_generation(self):
         requests = self._requests(self.config.prompts_per_step)  # the stream advances on the main thread
         self._prefetched_groups = len(requests)
         return self._executor.submit(self._generate, requests)
 
-    def _next_batch(self, step: int) -> tuple[pa.Table, list]:
+    def _next_batch(self, step: int) -> tuple[pa.Table, tuple]:
         """On-policy (max_staleness 0): generate now. Async (max_staleness >= 1): take the batch
         generated while the previous step trained, and start generating the next one, which then
         overlaps this step's reward, training and sync."""
@@ -168,10 +167,11 @@ class GRPORun:
         import ray
 
         start = time.perf_counter()
-        table, score_refs = self._next_batch(step)
+        table, (requests, scoring) = self._next_batch(step)
         generated = time.perf_counter()
 
-        scores = _merge_scores([_unwrap(ref) for ref in score_refs])  # mostly done while generating
+        per_group = scoring.per_group(_unwrap)  # mostly done while generating
+        scores = _merge_scores([per_group[request.group_id] for request in requests])
         rewards = np.asarray(scores["reward"])
         advantages = group_advantages(rewards, np.asarray(table.column("group_id")), self.config.scale_rewards)
         scored = time.perf_counter()

@@ -1,0 +1,41 @@
+"""Reward tasks at scale: groups that come back while the tasks run share the next task, and
+every group still gets exactly its own scores back."""
+
+import time
+
+from orchestrator.config.sampling import SamplingConfig
+from orchestrator.rollout.groups import GroupRequest, GroupResult, Sample
+
+
+def _group(group_id: int):
+    request = GroupRequest(group_id, group_id, f"p{group_id}", [1], 2, SamplingConfig())
+    samples = [Sample(i, f"g{group_id}s{i}", [1], [0.0], "stop", None, None) for i in range(2)]
+    return request, GroupResult(group_id, 0, 0, samples)
+
+
+def _slow_score(completions: list[str]) -> dict:
+    time.sleep(2.0)  # still running while the next groups come back
+    return {"reward": [float(len(c)) for c in completions], "text": completions, "reward_errors": 1}
+
+
+def test_groups_back_while_tasks_run_share_the_next_task(ray_session):
+    import ray
+
+    from orchestrator.training.reward_batches import RewardBatches
+
+    task = ray.remote(_slow_score).options(num_cpus=0)
+    started = []
+
+    def submit(requests, results):
+        started.append([request.group_id for request in requests])
+        return task.remote([sample.completion for result in results for sample in result.samples])
+
+    batches = RewardBatches(submit, max_tasks=2)
+    for request, result in map(_group, range(7)):
+        batches.add(request, result)
+    batches.close()
+    assert started == [[0], [1], [2, 3, 4, 5, 6]]  # two tasks busy: the other five wait and go together
+
+    scores = batches.per_group(ray.get)
+    assert [scores[g]["text"] for g in range(7)] == [[f"g{g}s0", f"g{g}s1"] for g in range(7)]
+    assert sum(scores[g]["reward_errors"] for g in range(7)) == 3  # one per task, counted once
