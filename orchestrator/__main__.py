@@ -92,6 +92,27 @@ def _bench_parser(commands) -> None:
     p.add_argument("--out", default="bench.json", help="JSON results (default: %(default)s)")
 
 
+def _simulate_parser(commands) -> None:
+    p = commands.add_parser(
+        "simulate",
+        help="the driver at scale: the real pool against simulated engines",
+        description="Run the real rollout pool, batch assembly and reward pipeline against simulated engines "
+        "(a token-timing model, no model weights) and compare the rate with the engine-bound ideal. Prints "
+        "progress and a table; writes JSON.",
+    )
+    p.add_argument("--engines", type=int, default=256, help="simulated engines (default: %(default)s)")
+    p.add_argument("--prompts", type=int, default=100_000, help="prompts, one group each (default: %(default)s)")
+    p.add_argument("--num-generations", type=int, default=8, help="(default: %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=256, help="completion cap in tokens (default: %(default)s)")
+    p.add_argument("--capacity", type=int, default=64, help="samples in flight per engine (default: %(default)s)")
+    p.add_argument("--mean-tokens", type=float, default=64.0, help="mean completion length before the cap (default: %(default)s)")
+    p.add_argument("--step-ms", type=float, default=30.0, help="decode step with one sample running (default: %(default)s)")
+    p.add_argument("--step-per-sample-ms", type=float, default=0.25, help="extra step time per running sample (default: %(default)s)")
+    p.add_argument("--prefill-per-token-ms", type=float, default=0.02, help="(default: %(default)s)")
+    p.add_argument("--hosts", type=int, default=1, help="Ray actors hosting the simulated engines (default: %(default)s)")
+    p.add_argument("--out", default="simulate.json", help="JSON results (default: %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m orchestrator",
@@ -103,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     _report_parser(commands)
     _scale_parser(commands)
     _bench_parser(commands)
+    _simulate_parser(commands)
     return parser
 
 

@@ -1,0 +1,283 @@
+"""The driver at scale: the real pool, dispatcher, batch assembly and reward pipeline, fed by
+hundreds of simulated engines (`workers/rollout/simulated_actor.py`) on one machine.
+
+    python -m orchestrator simulate --engines 256 --prompts 100000
+
+Two numbers are compared. The achieved rate: groups and tokens per second through the real
+`RolloutPool.generate`, real Ray calls and ObjectRefs, on the wall clock. The ideal rate: the same
+groups on the same engines under the same timing model, replayed in virtual time with a driver
+that costs nothing (`ideal_rate`); the engines are then the only limit, so the gap between the two
+is what orchestration costs. The driver's CPU time per group is measured directly.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import os
+import platform
+import resource
+import time
+
+from orchestrator.config.rollout import RolloutConfig
+from orchestrator.config.sampling import SamplingConfig
+from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
+from orchestrator.rollout.groups import GroupRequest
+from workers.rollout.simulated_engine import SimulatedEngine, TokenTiming, completion_lengths
+
+PROGRESS_EVERY_S = 10.0
+
+
+def workload(prompts: int, num_generations: int, max_tokens: int, seed: int = 0):
+    """The built-in task's prompts, tokenised with the built-in tokenizer, one group each."""
+    from transformers import AutoTokenizer
+
+    from orchestrator.builtin import search_task
+    from orchestrator.builtin.tiny_model import tiny_model
+    from orchestrator.rollout.groups import make_groups
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model().tokenizer_dir)
+    texts = search_task.prompts(prompts, seed=seed)
+    ids = tokenizer(texts)["input_ids"]
+    sampling = SamplingConfig(max_tokens=max_tokens, temperature=1.0, seed=seed)
+    return tokenizer, make_groups(texts, ids, num_generations, sampling)
+
+
+def ideal_rate(requests: list[GroupRequest], engines: int, capacity: int, timing: TokenTiming) -> dict:
+    """The engine-bound rate: every group on `engines` simulated engines holding at most `capacity`
+    samples each (the pool's rule), with a new group admitted the instant one finishes. A
+    discrete-event replay in virtual time: no Ray, no wall clock."""
+    schedules = [SimulatedEngine(timing) for _ in range(engines)]
+    dispatcher = LeastLoadedDispatcher(list(range(engines)), capacity)
+    pending = collections.deque(requests)
+    running: dict[int, tuple[int, int]] = {}  # group key -> (engine, samples)
+    events: list[tuple[float, int, int]] = []  # (time, engine version, engine)
+    versions = [0] * engines
+    keys = itertools.count()
+    now = tokens = 0.0
+
+    def finish(done: list[tuple[int, float]]) -> None:
+        for key, _ in done:
+            engine_id, samples = running.pop(key)
+            dispatcher.finished(engine_id, samples)
+
+    def fill() -> None:
+        touched = set()
+        while pending and (engine_id := dispatcher.pick(pending[0].num_generations)) is not None:
+            request = pending.popleft()
+            engine = schedules[engine_id]
+            finish(engine.advance(now))
+            key = next(keys)
+            engine.admit(key, len(request.prompt_ids), _lengths(request, timing))
+            running[key] = (engine_id, request.num_generations)
+            dispatcher.started(engine_id, request.num_generations)
+            touched.add(engine_id)
+        for engine_id in touched:
+            versions[engine_id] += 1
+            at = schedules[engine_id].next_group_done()
+            if at is not None:
+                heapq.heappush(events, (at, versions[engine_id], engine_id))
+
+    fill()
+    while events:
+        at, version, engine_id = heapq.heappop(events)
+        if version != versions[engine_id]:
+            continue
+        now = at
+        finish(schedules[engine_id].advance(now))
+        versions[engine_id] += 1
+        following = schedules[engine_id].next_group_done()
+        if following is not None:
+            heapq.heappush(events, (following, versions[engine_id], engine_id))
+        fill()
+    tokens = sum(engine.tokens for engine in schedules)
+    return {"seconds": now, "groups_per_s": len(requests) / now, "tokens": int(tokens), "tokens_per_s": tokens / now}
+
+
+def _lengths(request: GroupRequest, timing: TokenTiming) -> list[int]:
+    sampling = request.sampling
+    return completion_lengths(sampling.seed, request.group_id, request.num_generations, timing.mean_completion_tokens, sampling.max_tokens)
+
+
+def run(engines: int, prompts: int, num_generations: int, max_tokens: int, capacity: int, timing: TokenTiming, hosts: int) -> dict:
+    from orchestrator.rollout.pool import RolloutPool
+    from orchestrator.rollout.table import rollout_table
+    from workers.rollout.simulated_actor import SimulatedLauncher
+
+    result = {
+        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}",
+        "engines": engines, "prompts": prompts, "num_generations": num_generations, "max_tokens": max_tokens,
+        "capacity_samples": capacity, "timing": timing.model_dump(), "hosts": hosts,
+    }
+    result["load_average_1min_at_start"] = os.getloadavg()[0]
+    print(f"simulate on {result['machine']} (load average {result['load_average_1min_at_start']:.1f}): {engines} engines "
+          f"x {capacity} samples, {prompts} prompts x {num_generations} generations (max {max_tokens} tokens)", flush=True)
+    tokenizer, requests = workload(prompts, num_generations, max_tokens)
+    started = time.perf_counter()
+    ideal = result["ideal"] = ideal_rate(requests, engines, capacity, timing)
+    print(f"ideal (engine-bound, replayed in virtual time in {time.perf_counter() - started:.1f}s): "
+          f"{ideal['groups_per_s']:.1f} groups/s, {ideal['tokens_per_s']:.0f} tokens/s, {ideal['seconds']:.1f}s", flush=True)
+
+    launcher = SimulatedLauncher(timing, hosts=hosts)
+    config = RolloutConfig(engines=engines, max_inflight_samples=capacity, num_cpus_per_engine=0.0, startup_timeout_s=300)
+    pool = RolloutPool("simulated", tokenizer, config, seed=0, launcher=launcher)
+    try:
+        started = time.perf_counter()
+        pool.start()
+        result["start_s"] = time.perf_counter() - started
+        print(f"{len(pool.actors)} simulated engines started in {result['start_s']:.1f}s (tokenizer fingerprints checked)", flush=True)
+        results, scoring, generate = _generate(pool, requests, ideal)
+        result["generate"] = generate
+        result["host_lateness_ms"] = _percentiles([late * 1e3 for late in launcher.lateness()])
+    finally:
+        pool.shutdown()
+        launcher.close()
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    table = rollout_table(requests, results)
+    result["assembly"] = _costs(cpu, wall, len(requests))
+    del results
+    cpu, wall = time.process_time(), time.perf_counter()
+    rewards = _merge_and_normalise(table, requests, scoring)
+    result["rewards"] = _costs(cpu, wall, len(requests))
+    result["rewards"]["mean"] = float(rewards.mean())
+    result["samples"] = table.num_rows
+    result["groups_exactly_once"] = _exactly_once(table, requests)
+    result["max_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    return result
+
+
+def _generate(pool, requests: list[GroupRequest], ideal: dict):
+    """`pool.generate` as the train loop calls it: groups are handed to reward tasks as they come
+    back (`RewardBatches`, as in `GRPORun._generate`), so that is part of the driver's per-group
+    work; it is timed on its own as well."""
+    import ray
+
+    from orchestrator.rollout.table import rollout_table
+    from orchestrator.training.reward_batches import RewardBatches
+    from orchestrator.training.rewards import score
+
+    task = ray.remote(score).options(num_cpus=0, max_retries=0)
+    by_id = {request.group_id: request for request in requests}
+    scoring = RewardBatches(lambda batch, results: _score(task, rollout_table(batch, results)))
+    done, tokens, reward_cpu = 0, 0, 0.0
+    others = _ray_processes_cpu()
+    cpu, start = time.process_time(), time.perf_counter()
+    last = start
+
+    def on_result(result) -> None:
+        nonlocal done, tokens, last, reward_cpu
+        submitted = time.process_time()
+        scoring.add(by_id[result.group_id], result)
+        reward_cpu += time.process_time() - submitted
+        done += 1
+        tokens += sum(len(sample.completion_ids) for sample in result.samples)
+        now = time.perf_counter()
+        if now - last >= PROGRESS_EVERY_S:
+            last = now
+            print(f"[{now - start:5.0f}s] {done}/{len(requests)} groups, {done / (now - start):.1f} groups/s "
+                  f"(ideal {ideal['groups_per_s']:.1f}), {tokens / (now - start):.0f} tokens/s, driver CPU "
+                  f"{(time.process_time() - cpu) / done * 1e3:.3f} ms/group", flush=True)
+
+    results = pool.generate(requests, on_result=on_result)
+    scoring.close()
+    seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    others = _ray_processes_cpu() - others
+    generate = {
+        "seconds": seconds, "groups": len(results), "tokens": tokens, "groups_per_s": len(results) / seconds,
+        "tokens_per_s": tokens / seconds, "driver_cpu_s": cpu_s, "driver_cpu_ms_per_group": cpu_s / len(results) * 1e3,
+        "reward_submit_cpu_ms_per_group": reward_cpu / len(results) * 1e3, "reward_tasks": scoring.tasks,
+        "ray_processes_cpu_ms_per_group": others / len(results) * 1e3, "share_of_ideal": ideal["seconds"] / seconds,
+        "load_average_1min_at_end": os.getloadavg()[0],
+    }
+    print(f"generated {len(results)} groups in {seconds:.1f}s: {generate['groups_per_s']:.1f} groups/s = "
+          f"{generate['share_of_ideal'] * 100:.1f}% of ideal; driver CPU {generate['driver_cpu_ms_per_group']:.3f} ms/group", flush=True)
+    return results, scoring, generate
+
+
+def _ray_processes_cpu() -> float:
+    """CPU seconds used so far by this driver's child processes: the local Ray node (raylet, GCS)
+    and its workers, the simulated engines' hosts among them. They share this machine's cores with
+    the driver, so they are part of what the achieved rate had to pay for."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:  # gone meanwhile
+            continue
+        total += times.user + times.system
+    return total
+
+
+def _score(task, table):
+    """One group's reward task, with the arguments the train loop gives it (`GRPORun._score`)."""
+    return task.remote(
+        ["builtin:search_call"], None, table.column("prompt").to_pylist(), table.column("completion").to_pylist(),
+        table.column("completion_ids").to_pylist(), group_id=table.column("group_id").to_pylist(),
+        sample_index=table.column("sample_index").to_pylist(), finish_reason=table.column("finish_reason").to_pylist(),
+        stop_reason=table.column("stop_reason").to_pylist(),
+    )
+
+
+def _merge_and_normalise(table, requests: list[GroupRequest], scoring):
+    """What the train step does once generation is over: collect the groups' rewards in request
+    order and normalise advantages within each group."""
+    import numpy as np
+    import ray
+
+    from orchestrator.training.advantages import group_advantages
+
+    per_group = scoring.per_group(ray.get)
+    rewards = np.asarray([value for request in requests for value in per_group[request.group_id]["reward"]])
+    group_advantages(rewards, np.asarray(table.column("group_id")))
+    return rewards
+
+
+def _costs(cpu: float, wall: float, groups: int) -> dict:
+    cpu_s, wall_s = time.process_time() - cpu, time.perf_counter() - wall
+    return {"seconds": wall_s, "cpu_s": cpu_s, "ms_per_group": wall_s / groups * 1e3}
+
+
+def _exactly_once(table, requests: list[GroupRequest]) -> bool:
+    counts = collections.Counter(zip(table.column("group_id").to_pylist(), table.column("sample_index").to_pylist()))
+    wanted = {(r.group_id, s) for r in requests for s in range(r.num_generations)}
+    return set(counts) == wanted and all(c == 1 for c in counts.values())
+
+
+def _percentiles(values: list[float]) -> dict:
+    if not values:
+        return {"mean": 0.0, "p99": 0.0, "max": 0.0}
+    ordered = sorted(values)
+    return {"mean": sum(ordered) / len(ordered), "p99": ordered[int(0.99 * (len(ordered) - 1))], "max": ordered[-1]}
+
+
+def table(r: dict) -> str:
+    gen, ideal, timing = r["generate"], r["ideal"], r["timing"]
+    orchestration = gen["driver_cpu_ms_per_group"] + r["assembly"]["ms_per_group"] + r["rewards"]["ms_per_group"]
+    dispatch = gen["driver_cpu_ms_per_group"] - gen["reward_submit_cpu_ms_per_group"]
+    rows = [
+        ("engines x samples in flight each", f"{r['engines']} x {r['capacity_samples']}", f"{r['hosts']} host actor(s)"),
+        ("work", f"{r['prompts']} prompts x {r['num_generations']}", f"{gen['tokens'] / r['samples']:.0f} tokens/sample mean, max {r['max_tokens']}"),
+        ("timing model", f"step {timing['step_base_s'] * 1e3:g} ms + {timing['step_per_sample_s'] * 1e3:g} ms/sample",
+         f"prefill {timing['prefill_per_token_s'] * 1e3:g} ms/token"),
+        ("ideal (engine-bound)", f"{ideal['groups_per_s']:.1f} groups/s", f"{ideal['tokens_per_s']:.0f} tokens/s, {ideal['seconds']:.1f}s"),
+        ("achieved (real pool, real Ray)", f"{gen['groups_per_s']:.1f} groups/s", f"{gen['tokens_per_s']:.0f} tokens/s, {gen['seconds']:.1f}s"),
+        ("achieved / ideal", f"{gen['share_of_ideal'] * 100:.1f}%", "target >= 95%"),
+        ("driver CPU: pool (dispatch, engine calls)", f"{dispatch:.3f} ms/group", "RolloutPool.generate, all threads"),
+        ("driver CPU: handing groups to reward tasks", f"{gen['reward_submit_cpu_ms_per_group']:.3f} ms/group",
+         f"{gen['reward_tasks']} tasks (tables + Ray calls)"),
+        ("other Ray processes' CPU (hosts, raylet)", f"{gen['ray_processes_cpu_ms_per_group']:.3f} ms/group",
+         f"machine load {gen['load_average_1min_at_end']:.1f} at the end"),
+        ("batch assembly (Arrow table)", f"{r['assembly']['ms_per_group']:.3f} ms/group", f"{r['assembly']['seconds']:.1f}s for all"),
+        ("rewards collected + advantages", f"{r['rewards']['ms_per_group']:.3f} ms/group", f"{r['rewards']['seconds']:.1f}s for all"),
+        ("orchestration per request", f"{orchestration:.3f} ms", "target < 1 ms"),
+        ("simulated engines' own lag", f"{r['host_lateness_ms']['mean']:.1f} ms mean", f"p99 {r['host_lateness_ms']['p99']:.1f} ms"),
+        ("every group exactly once", "yes" if r["groups_exactly_once"] else "NO", f"{r['samples']} samples"),
+    ]
+    width = max(len(a) for a, _, _ in rows)
+    lines = [f"| {'what':<{width}} | figure | note |", f"|{'-' * (width + 2)}|---|---|"]
+    lines += [f"| {a:<{width}} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)

@@ -1,0 +1,236 @@
+"""Simulated engines behind the real actor interface, many to one Ray actor.
+
+256 vLLM actors do not fit on a laptop, and neither do 256 Ray worker processes. So one async actor,
+`SimulatedEngines`, hosts many `SimulatedEngine` schedules on the wall clock, and the pool gets one
+`SimulatedEngineHandle` per engine whose `.generate.remote(request)` becomes
+`host.generate.remote(engine_id, request)`: a real Ray call with a real ObjectRef, so the pool's
+dispatch, `ray` waits and engine-death handling are what run and what is measured.
+
+A group's result comes back when the timing model says its last sample finished; its samples are
+well formed (token ids, logprobs, text, finish reasons) but their content is synthetic. An engine
+killed through the launcher fails its groups with `EngineDeadError`, as a dead vLLM engine does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import os
+import random
+
+from orchestrator.rollout.groups import GroupRequest, GroupResult, Sample
+from orchestrator.rollout.launcher import EngineLauncher
+from orchestrator.tokenizer.bundle import TokenizerBundle
+from orchestrator.tokenizer.fingerprint import TokenizerFingerprint
+from workers.rollout.simulated_engine import SimulatedEngine, TokenTiming, completion_lengths
+
+CONTENT_TOKENS = 1 << 16  # synthetic token stream that completions are cut from
+
+
+class EngineDeadError(RuntimeError):
+    """A simulated engine was killed; the pool treats it as a dead vLLM engine (by this name)."""
+
+
+class SyntheticContent:
+    """Cheap, seeded completion content: each sample is a slice of one precomputed token stream,
+    with its logprobs and text, so building a result costs list slicing, not per-token Python."""
+
+    def __init__(self, vocab_size: int, eos_token_id: int, seed: int = 0):
+        rng = random.Random(seed)
+        self.eos_token_id = eos_token_id
+        self.ids = [rng.randrange(vocab_size) for _ in range(CONTENT_TOKENS)]
+        self.logprobs = [-rng.expovariate(1.0) for _ in range(CONTENT_TOKENS)]
+        self.text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(4 * CONTENT_TOKENS))
+
+    def samples(self, request: GroupRequest, lengths: list[int]) -> list[Sample]:
+        """One sample per length: EOS ends it unless it reached `max_tokens` ("length")."""
+        rng = random.Random(f"content:{request.sampling.seed or 0}:{request.group_id}")
+        max_tokens = request.sampling.max_tokens
+        samples = []
+        for index, length in enumerate(lengths):
+            start = rng.randrange(CONTENT_TOKENS - length)
+            ids, logprobs = self.ids[start : start + length], self.logprobs[start : start + length]
+            ended_at_eos = length < max_tokens
+            if ended_at_eos:
+                ids[-1] = self.eos_token_id
+            text = self.text[4 * start : 4 * (start + length - ended_at_eos)]
+            samples.append(
+                Sample(
+                    sample_index=index,
+                    completion=text,
+                    completion_ids=ids,
+                    logprobs=logprobs,
+                    finish_reason="stop" if ended_at_eos else "length",
+                    stop_reason=None,
+                    stop_token_id=None,
+                )
+            )
+        return samples
+
+
+class SimulatedEngines:
+    """Created through `ray.remote(SimulatedEngines)` (an async actor); hosts many engines. Every
+    method takes the engine id first. Time is the event loop's clock: a timer per engine fires when
+    its next group finishes, and that group's `generate` call returns then."""
+
+    def __init__(self, timing: TokenTiming):
+        self.timing = timing
+        self._engines: dict[int, SimulatedEngine] = {}
+        self._waiting: dict[int, dict[int, asyncio.Future]] = {}  # engine id -> group key -> future
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._keys = itertools.count()
+        self._epoch: float | None = None  # loop time of virtual time 0
+        self._content: SyntheticContent | None = None
+        self._fingerprints: dict[bytes, TokenizerFingerprint] = {}
+        self._late: list[float] = []  # seconds each result was handed back after the model's finish time
+
+    def _now(self) -> float:
+        loop = asyncio.get_running_loop()
+        if self._epoch is None:
+            self._epoch = loop.time()
+        return loop.time() - self._epoch
+
+    async def start(self, engine_id: int, tokenizer: TokenizerBundle) -> TokenizerFingerprint:
+        """Load the shipped tokenizer (once per host) and report its fingerprint, as a real engine does."""
+        key = b"".join(tokenizer.files[name] for name in sorted(tokenizer.files))
+        if key not in self._fingerprints:
+            self._fingerprints[key] = _fingerprint_of(tokenizer)
+        found = self._fingerprints[key]
+        if self._content is None:
+            self._content = SyntheticContent(found.vocab_size, found.eos_token_id or 0)
+            gc.collect()  # the imports above are here to stay: keep the collector off them (see pool.py)
+            gc.freeze()
+        self._engines[engine_id] = SimulatedEngine(self.timing, now=self._now())
+        self._waiting[engine_id] = {}
+        return found
+
+    async def generate(self, engine_id: int, request: GroupRequest) -> GroupResult:
+        engine = self._engines.get(engine_id)
+        if engine is None:
+            raise EngineDeadError(f"simulated engine {engine_id} is not running")
+        self._deliver(engine_id, engine.advance(self._now()))
+        lengths = completion_lengths(
+            request.sampling.seed, request.group_id, request.num_generations, self.timing.mean_completion_tokens,
+            request.sampling.max_tokens,
+        )
+        key = next(self._keys)
+        engine.admit(key, len(request.prompt_ids), lengths)
+        finished = self._waiting[engine_id][key] = asyncio.get_running_loop().create_future()
+        self._schedule(engine_id)
+        await finished
+        return GroupResult(
+            group_id=request.group_id, engine_id=engine_id, policy_version=0,
+            samples=self._content.samples(request, lengths),
+        )
+
+    def _schedule(self, engine_id: int) -> None:
+        timer = self._timers.pop(engine_id, None)
+        if timer is not None:
+            timer.cancel()
+        at = self._engines[engine_id].next_group_done()
+        if at is not None:
+            loop = asyncio.get_running_loop()
+            self._timers[engine_id] = loop.call_at(self._epoch + at, self._on_timer, engine_id)
+
+    def _on_timer(self, engine_id: int) -> None:
+        self._timers.pop(engine_id, None)
+        if engine_id in self._engines:
+            self._deliver(engine_id, self._engines[engine_id].advance(self._now()))
+            self._schedule(engine_id)
+
+    def _deliver(self, engine_id: int, finished: list[tuple[int, float]]) -> None:
+        now = self._now()
+        for key, at in finished:
+            self._waiting[engine_id].pop(key).set_result(at)
+            self._late.append(now - at)
+
+    def kill(self, engine_id: int) -> None:
+        """The engine dies: its groups fail with EngineDeadError and it takes no more."""
+        self._engines.pop(engine_id, None)
+        timer = self._timers.pop(engine_id, None)
+        if timer is not None:
+            timer.cancel()
+        for future in self._waiting.pop(engine_id, {}).values():
+            if not future.done():
+                future.set_exception(EngineDeadError(f"simulated engine {engine_id} was killed"))
+
+    def shutdown(self, engine_id: int) -> None:
+        self.kill(engine_id)
+
+    def policy_version(self, engine_id: int) -> int:
+        return 0
+
+    def pid(self, engine_id: int) -> int:
+        return os.getpid()
+
+    def lateness(self) -> list[float]:
+        """Seconds between each group's modelled finish and its result being handed to Ray: how far
+        this host fell behind its own clock (a busy machine), not something the driver caused."""
+        return list(self._late)
+
+
+def _fingerprint_of(bundle: TokenizerBundle) -> TokenizerFingerprint:
+    import tempfile
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from orchestrator.tokenizer.fingerprint import fingerprint
+
+    with tempfile.TemporaryDirectory(prefix="simulated-tokenizer-") as folder:
+        return fingerprint(AutoTokenizer.from_pretrained(bundle.write_to(Path(folder))))
+
+
+class _Routed:
+    """`handle.method.remote(*args)` as `host.method.remote(engine_id, *args)`."""
+
+    def __init__(self, method, engine_id: int, *bound):
+        self._method, self._engine_id, self._bound = method, engine_id, bound
+
+    def remote(self, *args):
+        return self._method.remote(self._engine_id, *self._bound, *args)
+
+
+class SimulatedEngineHandle:
+    """What the pool holds for one simulated engine: the `RolloutWorker` methods the pool calls."""
+
+    def __init__(self, host, engine_id: int, tokenizer_ref):
+        self.host, self.engine_id = host, engine_id
+        self.start = _Routed(host.start, engine_id, tokenizer_ref)
+        self.generate = _Routed(host.generate, engine_id)
+        self.shutdown = _Routed(host.shutdown, engine_id)
+        self.policy_version = _Routed(host.policy_version, engine_id)
+        self.pid = _Routed(host.pid, engine_id)
+
+
+class SimulatedLauncher(EngineLauncher):
+    """Engines as simulated schedules on `hosts` async actors (engine i on host i mod hosts)."""
+
+    def __init__(self, timing: TokenTiming, hosts: int = 1):
+        self.timing = timing
+        self.host_count = hosts
+        self.hosts: list = []
+
+    def launch(self, engine_id, model, tokenizer_ref, config, device, seed, options):
+        import ray
+
+        if not self.hosts:  # Ray is up once the pool launches its first engine
+            actor = ray.remote(SimulatedEngines).options(num_cpus=0, max_concurrency=1_000_000)
+            self.hosts = [actor.remote(self.timing) for _ in range(self.host_count)]
+        return SimulatedEngineHandle(self.hosts[engine_id % len(self.hosts)], engine_id, tokenizer_ref)
+
+    def kill(self, handle) -> None:
+        handle.host.kill.remote(handle.engine_id)
+
+    def lateness(self) -> list[float]:
+        import ray
+
+        return [late for part in ray.get([host.lateness.remote() for host in self.hosts]) for late in part]
+
+    def close(self) -> None:
+        import ray
+
+        for host in self.hosts:
+            ray.kill(host)
+        self.hosts = []
