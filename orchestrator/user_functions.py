@@ -2,7 +2,7 @@
 
 A spec is `path/to/file.py:name`, `package.module:name` or `builtin:NAME`. Specs are resolved on
 the driver before anything starts (so a typo fails at once) and again in the process that calls
-them (a Ray task), which imports each file once.
+them (a Ray task or the tools' host actor), which imports each file once.
 """
 
 from __future__ import annotations

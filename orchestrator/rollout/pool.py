@@ -305,6 +305,8 @@ class RolloutPool:
                 try:
                     result = future.result()
                 except ray.exceptions.RayError as error:
+                    if isinstance(getattr(error, "cause", None), UserError):
+                        raise error.cause from None  # a configuration problem (e.g. a tool), worded for the user
                     if not is_engine_death(error):
                         raise
                     self.engine_died(engine_id, error)

@@ -195,7 +195,7 @@ class GRPORun:
             "step": step,
             "policy_version": int(min(versions)),
             "staleness/max": int(self.policy_version - 1 - min(versions)),
-            **rollout_metrics(table, self.parts.tokenizer.eos_token_id),
+            **rollout_metrics(table, self.parts.tokenizer.eos_token_id, tools=self.tool_use is not None),
             **learner_metrics,
             "reward_errors": scores["reward_errors"],
             "engines": len(self.parts.pool.actors),

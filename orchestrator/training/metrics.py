@@ -9,8 +9,9 @@ import numpy as np
 import pyarrow as pa
 
 
-def rollout_metrics(table: pa.Table, eos_token_id: int | None) -> dict[str, float]:
-    """Reward, length and how-it-ended statistics of one step's samples."""
+def rollout_metrics(table: pa.Table, eos_token_id: int | None, tools: bool = False) -> dict[str, float]:
+    """Reward, length and how-it-ended statistics of one step's samples; with `tools`, tool-call
+    statistics too (on every step, zeros included, so every line of metrics.jsonl has the keys)."""
     rewards = np.asarray(table.column("reward").to_pylist(), dtype=np.float64)
     completions = table.column("completion_ids").to_pylist()
     observed = table.column("observation_mask").to_pylist()
@@ -32,7 +33,7 @@ def rollout_metrics(table: pa.Table, eos_token_id: int | None) -> dict[str, floa
         "ended/stop": float(np.mean(at_stop)),
         "ended/truncated": float(np.mean(truncated)),
     }
-    if any(t > 1 for t in table.column("turns").to_pylist()) or any(table.column("tool_calls").to_pylist()):
+    if tools:
         metrics.update(tool_metrics(table, observed))
     for name in table.column_names:
         if name.startswith("rewards/"):

@@ -130,10 +130,17 @@ class RolloutEngine:
 
         context = {"prompt": request.prompt, "group_id": request.group_id}
         samples = [
-            run_sample(i, request.prompt_ids, request.sampling.max_tokens, use, vocabulary, generate_turn(i), self._call_tool, context)
+            asyncio.ensure_future(
+                run_sample(i, request.prompt_ids, request.sampling.max_tokens, use, vocabulary, generate_turn(i), self._call_tool, context)
+            )
             for i in range(request.num_generations)
         ]
-        return list(await asyncio.gather(*samples))
+        try:
+            return list(await asyncio.gather(*samples))
+        except BaseException:  # one sample failed: its siblings' requests and tool calls stop too
+            for sample in samples:
+                sample.cancel()
+            raise
 
     def _vocabulary(self, use: ToolUse) -> Vocabulary:
         tokenizer = self._llm.get_tokenizer()

@@ -1,7 +1,8 @@
 """Our sampling config -> vLLM `SamplingParams`, and vLLM's outputs -> our samples.
 
 Everything the user asked for is forwarded untouched (`stop`, `stop_token_ids`,
-`include_stop_str_in_output`, `skip_special_tokens`, `ignore_eos`). Two choices are ours:
+`include_stop_str_in_output`, `skip_special_tokens`, `ignore_eos`), except that turns of a tool
+run keep every stop string in the output (the loop reads the tool call from it). Two choices are ours:
 logprobs are the sampled token's, under the processed (temperature-applied) distribution, so the
 learner can compare against them; and EOS is never left in the completion text.
 """

@@ -8,8 +8,9 @@ awaits, so a slow tool never stalls the other samples in flight, and a worker pr
 than a string, or misses its `timeout_s` gives the model the configured error observation
 (`tool_error_observation`); the call is recorded with status "error" or "timeout" and counted in
 the run's metrics, and the run goes on. A call past its deadline is cancelled; a plain function
-cannot be interrupted, so its thread finishes in the background (`CALL_THREADS` bounds how many
-such calls can pile up). A host that dies (a tool that crashes its process) is restarted by Ray.
+cannot be interrupted, so its thread finishes in the background, and once `CALL_THREADS` calls
+were abandoned the host is replaced. A host that dies (a tool that crashes its process) is
+restarted by Ray. A tool that cannot be imported on the host's node stops the run with the error.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from collections.abc import Callable
 
 from orchestrator import user_functions
 from orchestrator.config.tools import ToolConfig
+from orchestrator.errors import UserError
 
 CALL_THREADS = 64  # concurrent plain-function calls per host
+HOST_START_S = 120.0  # deadline for a tool host to come up
 
 BUILTIN = {"lookup": "orchestrator.builtin.lookup_task:lookup"}
 
@@ -54,9 +57,11 @@ class RayToolRunner:
         self._node_id = node_id
         self._host = None  # started on the first call: engines without tools never start one
         self._ready = None
+        self._abandoned = 0  # calls past their deadline since the host started (their threads may still run)
 
     async def _started_host(self):
-        """The host, once it is up: its start-up (seconds) does not count against a call's deadline."""
+        """The host, once it is up: its start-up does not count against a call's deadline, but has
+        its own (HOST_START_S); a host that fails to start is dropped, so the next call tries again."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -67,33 +72,56 @@ class RayToolRunner:
                 .options(num_cpus=0, max_concurrency=CALL_THREADS * 4, max_restarts=-1, scheduling_strategy=near)
                 .remote()
             )
-            self._ready = asyncio.ensure_future(self._host.__ray_ready__.remote())
-        await asyncio.shield(self._ready)
+            self._ready = self._host.__ray_ready__.remote()
+            self._abandoned = 0
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(self._ready.future()), HOST_START_S)
+        except (TimeoutError, ray.exceptions.RayError):
+            self.shutdown()
+            raise
         return self._host
 
     async def __call__(self, tool: ToolConfig, call_text: str, context: dict) -> tuple[str, str, float]:
         """(result, "ok", latency) or (reason, "error" | "timeout", latency); never raises for a tool's
-        failure (the multi-turn loop turns a reason into the error observation)."""
+        failure (the multi-turn loop turns a reason into the error observation). A tool that cannot
+        be imported where it runs is a configuration error and stops the run."""
         import ray
 
-        host = await self._started_host()
+        try:
+            host = await self._started_host()
+        except (TimeoutError, ray.exceptions.RayError) as error:
+            return f"the tool host did not start within {HOST_START_S}s: {type(error).__name__}", "error", 0.0
         start = time.perf_counter()
         ref = host.call.remote(tool.fn, call_text, context)
         try:
             result = await asyncio.wait_for(asyncio.wrap_future(ref.future()), tool.timeout_s)
         except TimeoutError:
             ray.cancel(ref)
+            self._abandon()
             return f"tool {tool.name!r} did not answer within {tool.timeout_s}s", "timeout", time.perf_counter() - start
+        except asyncio.CancelledError:  # the group's own deadline passed: stop the call too
+            ray.cancel(ref)
+            raise
         except ray.exceptions.RayError as error:
             cause = getattr(error, "cause", None) or error
+            if isinstance(cause, UserError):
+                raise cause from None
             return f"tool {tool.name!r} raised {type(cause).__name__}: {cause}", "error", time.perf_counter() - start
         if not isinstance(result, str):
             return f"tool {tool.name!r} returned {type(result).__name__}, expected str", "error", time.perf_counter() - start
         return result, "ok", time.perf_counter() - start
+
+    def _abandon(self) -> None:
+        """A plain function past its deadline keeps its thread; once as many calls were abandoned as
+        the host has threads, later calls could only queue, so the host is replaced."""
+        self._abandoned += 1
+        if self._abandoned >= CALL_THREADS:
+            print(f"warning: {self._abandoned} tool calls missed their deadline; restarting the tool host", flush=True)
+            self.shutdown()
 
     def shutdown(self) -> None:
         import ray
 
         if self._host is not None:
             ray.kill(self._host)
-            self._host = None
+        self._host = self._ready = None

@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from workers.weights.buckets import WeightBucket
+from workers.weights.buckets import ALIGN, WeightBucket
 
 _regions = itertools.count()
 
@@ -39,7 +39,7 @@ class StagingBuffer:
 
     def stage(self, buckets: list[WeightBucket]) -> dict:
         """Lay the buckets out in the region (one copy); returns the message the workers open it from."""
-        size = sum(bucket.nbytes for bucket in buckets)
+        size = sum(_aligned(bucket.nbytes) for bucket in buckets)
         if self._map is None or len(self._map) < size:
             self._allocate(size)
         region = np.frombuffer(self._map, dtype=np.uint8)
@@ -49,7 +49,7 @@ class StagingBuffer:
                 start = base + entry.offset
                 np.copyto(region[start : start + entry.nbytes], np.frombuffer(chunk, dtype=np.uint8))
             headers.append([bucket.header(), base])
-            base += bucket.nbytes
+            base += _aligned(bucket.nbytes)  # each bucket starts on a cache line, as its tensors assume
         del region  # an exported buffer would keep the map from closing
         return {"id": self._id, "path": self._path, "size": len(self._map), "buckets": headers}
 
@@ -109,3 +109,7 @@ class StagedRegion:
         finally:
             os.close(fd)
         self._map, self._id = mapped, message["id"]  # the old map closes when its last view is gone
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN

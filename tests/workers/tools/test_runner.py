@@ -63,3 +63,9 @@ def test_a_misspelt_tool_is_refused_with_its_config_key():
         resolve(f"{TOOLS}:nope", key="tools[1].fn")
     with pytest.raises(UserError, match=r"unknown built-in 'builtin:serch'"):
         resolve("builtin:serch")
+
+
+def test_a_tool_the_host_cannot_import_stops_the_run_instead_of_becoming_an_observation(runner):
+    missing = ToolConfig(name="gone", fn="/nowhere/tools.py:lookup", begin="<search>", end="</search>")
+    with pytest.raises(UserError, match="file /nowhere/tools.py does not exist"):
+        call(runner, missing)
