@@ -1,4 +1,4 @@
-"""Command line: `python -m orchestrator {generate,train} ...`.
+"""Command line: `python -m orchestrator {generate,train,report,scale,bench,simulate} ...`.
 
 Only argparse is imported here, so `--help` and usage errors answer at once; each command imports
 Ray, vLLM and torch when it runs.
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "train":
         args.overrides = _train_overrides(argv[1:])
-    from orchestrator.errors import RunError, UserError
+    from orchestrator.contracts.errors import RunError, UserError
 
     import importlib
 

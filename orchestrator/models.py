@@ -1,10 +1,10 @@
-"""Resolve what the user named as model and tokenizer, and load the canonical tokenizer."""
+"""Resolve what the user named as model and tokenizer, and check prompts and token ids against them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.errors import UserError
+from orchestrator.contracts.errors import UserError
 
 
 def resolve_model(model: str | None, tokenizer: str | None) -> tuple[str, str]:
@@ -27,16 +27,6 @@ def resolve_model(model: str | None, tokenizer: str | None) -> tuple[str, str]:
 
 def _expand(value: str | None) -> str | None:
     return str(Path(value).expanduser()) if value and value.startswith("~") else value
-
-
-def load_tokenizer(name: str):
-    """The tokenizer at a path or hub name, exactly as saved; a failure is a one-line user error."""
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError) as error:
-        raise UserError(f"cannot load a tokenizer from {name}: {str(error).splitlines()[0]}") from None
 
 
 def check_token_ids(token_ids: list[int], tokenizer, key: str) -> None:

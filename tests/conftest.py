@@ -30,20 +30,21 @@ def base_tokenizer(tiny):
 
 @pytest.fixture(scope="session")
 def ray_session():
+    """A local Ray, started the way every command starts it (orchestrator/launch.py)."""
     import ray
 
-    from orchestrator.ray_runtime import init_ray
+    from orchestrator.launch import connect
 
-    init_ray(num_cpus=4)
-    yield
+    yield connect(num_cpus=4)
     ray.shutdown()
 
 
 @pytest.fixture(scope="session")
 def pool(tiny, learner_tokenizer, ray_session):
     """Two real vLLM engines serving the tiny model with the learner tokenizer."""
-    from orchestrator.config.rollout import RolloutConfig
-    from orchestrator.rollout.pool import RolloutPool
+    from orchestrator.contracts.rollout import RolloutConfig
+    from orchestrator.launch import start_pool
 
-    with RolloutPool(str(tiny.model_dir), learner_tokenizer, RolloutConfig(engines=2)) as started:
-        yield started
+    started = start_pool(ray_session, str(tiny.model_dir), learner_tokenizer, RolloutConfig(engines=2))
+    yield started
+    started.shutdown()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from orchestrator.config.rollout import RolloutConfig
-from orchestrator.config.sampling import SamplingConfig
+from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.contracts.sampling import SamplingConfig
 
 def kv_cache_bytes(model: Path, samples: int, tokens_per_sample: int) -> int:
     """The same KV cache size for raw vLLM and our pool: enough for all samples at full length."""
@@ -40,17 +40,20 @@ def raw_vllm(model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, 
 
 
 def pool(model: Path, tokenizer, prompts: list[str], prompt_ids, n: int, max_tokens: int, seed: int, engines: int) -> dict:
+    from orchestrator.launch import connect, rollout_cpus, start_pool
     from orchestrator.rollout.groups import make_groups
-    from orchestrator.rollout.pool import RolloutPool
 
     sampling = SamplingConfig(max_tokens=max_tokens, ignore_eos=True, temperature=1.0, seed=seed)
     requests = make_groups(prompts, prompt_ids, n, sampling)
     samples, tokens = len(prompt_ids) * n, max(map(len, prompt_ids)) + max_tokens
     config = RolloutConfig(engines=engines, kv_cache_memory_bytes=kv_cache_bytes(model, samples, tokens), max_inflight_samples=samples)
-    with RolloutPool(str(model), tokenizer, config, seed=seed) as started:
+    started = start_pool(connect(rollout_cpus(config)), str(model), tokenizer, config, seed=seed)
+    try:
         start = time.perf_counter()
         results = started.generate(requests)
         seconds = time.perf_counter() - start
+    finally:
+        started.shutdown()
     tokens = sum(len(s.completion_ids) for r in results for s in r.samples)
     return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
 

@@ -1,5 +1,5 @@
 """The driver at scale: the real pool, dispatcher, batch assembly and reward pipeline, fed by
-hundreds of simulated engines (`workers/rollout/simulated_actor.py`) on one machine.
+hundreds of simulated engines (simulated_engines.py) on one machine.
 
     python -m orchestrator simulate --engines 256 --prompts 100000
 
@@ -20,28 +20,31 @@ import platform
 import resource
 import time
 
-from orchestrator.config.rollout import RolloutConfig
-from orchestrator.config.sampling import SamplingConfig
+from orchestrator.bench.simulated_engine import SimulatedEngine, TokenTiming, completion_lengths
+from orchestrator.contracts.groups import GroupRequest
+from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
-from orchestrator.rollout.groups import GroupRequest
-from workers.rollout.simulated_engine import SimulatedEngine, TokenTiming, completion_lengths
 
 PROGRESS_EVERY_S = 10.0
 
 
 def workload(prompts: int, num_generations: int, max_tokens: int, seed: int = 0):
-    """The built-in task's prompts, tokenised with the built-in tokenizer, one group each."""
+    """The built-in task's prompts, streamed and tokenised as `train` does, one group each, and each
+    prompt's dataset columns (a `topic`, which the reward task receives as `train`'s would)."""
     from transformers import AutoTokenizer
 
     from orchestrator.builtin import search_task
     from orchestrator.builtin.tiny_model import tiny_model
-    from orchestrator.rollout.groups import make_groups
+    from orchestrator.data.stream import PromptStream
+    from orchestrator.training.requests import build_requests
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model().tokenizer_dir)
     texts = search_task.prompts(prompts, seed=seed)
-    ids = tokenizer(texts)["input_ids"]
+    columns = [{"topic": search_task.topic_of(text)} for text in texts]
     sampling = SamplingConfig(max_tokens=max_tokens, temperature=1.0, seed=seed)
-    return tokenizer, make_groups(texts, ids, num_generations, sampling)
+    requests = build_requests(PromptStream(texts, seed=seed).take(prompts), tokenizer, num_generations, sampling)
+    return tokenizer, requests, columns
 
 
 def ideal_rate(requests: list[GroupRequest], engines: int, capacity: int, timing: TokenTiming) -> dict:
@@ -101,9 +104,9 @@ def _lengths(request: GroupRequest, timing: TokenTiming) -> list[int]:
 
 
 def run(engines: int, prompts: int, num_generations: int, max_tokens: int, capacity: int, timing: TokenTiming, hosts: int) -> dict:
-    from orchestrator.rollout.pool import RolloutPool
+    from orchestrator.bench.simulated_engines import SimulatedLauncher
+    from orchestrator.launch import connect, start_pool
     from orchestrator.rollout.table import rollout_table
-    from workers.rollout.simulated_actor import SimulatedLauncher
 
     result = {
         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}",
@@ -113,7 +116,7 @@ def run(engines: int, prompts: int, num_generations: int, max_tokens: int, capac
     result["load_average_1min_at_start"] = os.getloadavg()[0]
     print(f"simulate on {result['machine']} (load average {result['load_average_1min_at_start']:.1f}): {engines} engines "
           f"x {capacity} samples, {prompts} prompts x {num_generations} generations (max {max_tokens} tokens)", flush=True)
-    tokenizer, requests = workload(prompts, num_generations, max_tokens)
+    tokenizer, requests, columns = workload(prompts, num_generations, max_tokens)
     started = time.perf_counter()
     ideal = result["ideal"] = ideal_rate(requests, engines, capacity, timing)
     print(f"ideal (engine-bound, replayed in virtual time in {time.perf_counter() - started:.1f}s): "
@@ -121,13 +124,12 @@ def run(engines: int, prompts: int, num_generations: int, max_tokens: int, capac
 
     launcher = SimulatedLauncher(timing, hosts=hosts)
     config = RolloutConfig(engines=engines, max_inflight_samples=capacity, num_cpus_per_engine=0.0, startup_timeout_s=300)
-    pool = RolloutPool("simulated", tokenizer, config, seed=0, launcher=launcher)
+    started = time.perf_counter()
+    pool = start_pool(connect(num_cpus=0), "simulated", tokenizer, config, seed=0, launcher=launcher)
     try:
-        started = time.perf_counter()
-        pool.start()
         result["start_s"] = time.perf_counter() - started
-        print(f"{len(pool.actors)} simulated engines started in {result['start_s']:.1f}s (tokenizer fingerprints checked)", flush=True)
-        results, scoring, generate = _generate(pool, requests, ideal)
+        print(f"{len(pool.engines.actors)} simulated engines started in {result['start_s']:.1f}s (tokenizer fingerprints checked)", flush=True)
+        results, scoring, generate = _generate(pool, requests, columns, ideal)
         result["generate"] = generate
         result["host_lateness_ms"] = _percentiles([late * 1e3 for late in launcher.lateness()])
     finally:
@@ -139,7 +141,7 @@ def run(engines: int, prompts: int, num_generations: int, max_tokens: int, capac
     result["assembly"] = _costs(cpu, wall, len(requests))
     del results
     cpu, wall = time.process_time(), time.perf_counter()
-    rewards = _merge_and_normalise(table, requests, scoring)
+    rewards = _merge_and_normalise(table, scoring)
     result["rewards"] = _costs(cpu, wall, len(requests))
     result["rewards"]["mean"] = float(rewards.mean())
     result["samples"] = table.num_rows
@@ -148,19 +150,13 @@ def run(engines: int, prompts: int, num_generations: int, max_tokens: int, capac
     return result
 
 
-def _generate(pool, requests: list[GroupRequest], ideal: dict):
+def _generate(pool, requests: list[GroupRequest], columns: list[dict], ideal: dict):
     """`pool.generate` as the train loop calls it: groups are handed to reward tasks as they come
-    back (`RewardBatches`, as in `GRPORun._generate`), so that is part of the driver's per-group
-    work; it is timed on its own as well."""
-    import ray
+    back (`StepScorer`, as in `GRPORun._generate`: the same reward arguments, dataset columns and
+    error score), so that is part of the driver's per-group work; it is timed on its own as well."""
+    from orchestrator.training.scoring import StepScorer
 
-    from orchestrator.rollout.table import rollout_table
-    from orchestrator.training.reward_batches import RewardBatches
-    from orchestrator.training.rewards import score
-
-    task = ray.remote(score).options(num_cpus=0, max_retries=0)
-    by_id = {request.group_id: request for request in requests}
-    scoring = RewardBatches(lambda batch, results: _score(task, rollout_table(batch, results)))
+    scoring = StepScorer(["builtin:search_call"], None, error_score=0.0, columns=columns).begin(requests)
     done, tokens, reward_cpu = 0, 0, 0.0
     others = _ray_processes_cpu()
     cpu, start = time.process_time(), time.perf_counter()
@@ -169,7 +165,7 @@ def _generate(pool, requests: list[GroupRequest], ideal: dict):
     def on_result(result) -> None:
         nonlocal done, tokens, last, reward_cpu
         submitted = time.process_time()
-        scoring.add(by_id[result.group_id], result)
+        scoring.add(result)
         reward_cpu += time.process_time() - submitted
         done += 1
         tokens += sum(len(sample.completion_ids) for sample in result.samples)
@@ -212,27 +208,18 @@ def _ray_processes_cpu() -> float:
     return total
 
 
-def _score(task, table):
-    """One group's reward task, with the arguments the train loop gives it (`GRPORun._score`)."""
-    return task.remote(
-        ["builtin:search_call"], None, table.column("prompt").to_pylist(), table.column("completion").to_pylist(),
-        table.column("completion_ids").to_pylist(), group_id=table.column("group_id").to_pylist(),
-        sample_index=table.column("sample_index").to_pylist(), finish_reason=table.column("finish_reason").to_pylist(),
-        stop_reason=table.column("stop_reason").to_pylist(),
-    )
-
-
-def _merge_and_normalise(table, requests: list[GroupRequest], scoring):
+def _merge_and_normalise(table, scoring):
     """What the train step does once generation is over: collect the groups' rewards in request
-    order and normalise advantages within each group."""
+    order, normalise advantages within each group, and add the training columns to the table."""
     import numpy as np
-    import ray
 
+    from orchestrator.rollout.table import with_training_columns
     from orchestrator.training.advantages import group_advantages
 
-    per_group = scoring.per_group(ray.get)
-    rewards = np.asarray([value for request in requests for value in per_group[request.group_id]["reward"]])
-    group_advantages(rewards, np.asarray(table.column("group_id")))
+    scores = scoring.scores()
+    rewards = np.asarray(scores["reward"])
+    advantages = group_advantages(rewards, np.asarray(table.column("group_id")))
+    with_training_columns(table, 1, scores, advantages)
     return rewards
 
 

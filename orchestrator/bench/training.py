@@ -12,11 +12,10 @@ PHASES = ("time/generate", "time/reward", "time/train", "time/sync")
 
 
 def ours(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int, seed: int, out_dir: Path) -> dict:
-    import ray
-
     from orchestrator.builtin import search_task
     from orchestrator.config.train import TrainConfig
-    from orchestrator.training.loop import GRPORun, start_components
+    from orchestrator.launch import start_training
+    from orchestrator.training.loop import GRPORun
     from orchestrator.training.run_dir import RunDir
 
     config = TrainConfig(
@@ -24,14 +23,13 @@ def ours(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int
         max_completion_length=max_tokens, ignore_eos=True, max_steps=steps, learning_rate=1e-5, seed=seed,
         output_dir=str(out_dir), plot_steps=10**6, reward_funcs=["builtin:search_call"],
     )
-    parts = start_components(config, str(model), str(model))
+    parts = start_training(config, str(model), str(model))
     try:
         run_dir = RunDir.create(config.output_dir)
         run_dir.prepare(config.model_dump(mode="json"))
         metrics = GRPORun(config, search_task.all_prompts(), run_dir, parts).run()
     finally:
-        parts.pool.shutdown()
-        ray.kill(parts.learner)
+        parts.shutdown()
     steady = metrics[1:]  # step 1 pays for first-request set-up
     step_time = float(np.mean([m["time/step"] for m in steady]))
     phases = {p: float(np.mean([m[p] for m in steady])) for p in PHASES}

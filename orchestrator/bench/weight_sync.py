@@ -13,21 +13,18 @@ from pathlib import Path
 
 
 def measure(model: Path, engines: int, syncs: int, prompts_per_step: int, n: int, max_tokens: int, seed: int) -> dict:
-    import ray
-
     from orchestrator.config.train import TrainConfig
-    from orchestrator.training.loop import start_components
+    from orchestrator.launch import start_training
 
     config = TrainConfig(
         model=str(model), tokenizer=str(model), prompts_per_step=prompts_per_step, num_generations=n,
         max_completion_length=max_tokens, seed=seed, rollout={"engines": engines},
     )
-    parts = start_components(config, str(model), str(model))
+    parts = start_training(config, str(model), str(model))
     try:
-        reports = [parts.transport.sync(parts.learner, dict(parts.pool.actors), version) for version in range(1, syncs + 1)]
+        reports = [parts.transport.sync(parts.learner.lead, dict(parts.pool.engines.actors), version) for version in range(1, syncs + 1)]
     finally:
-        parts.pool.shutdown()
-        ray.kill(parts.learner)
+        parts.shutdown()
     seconds = [report.seconds for report in reports]
     nbytes = reports[-1].bytes
     mean = sum(seconds) / len(seconds)

@@ -11,9 +11,9 @@ import json
 import time
 from pathlib import Path
 
-from orchestrator.config.rollout import RolloutConfig
-from orchestrator.config.sampling import SamplingConfig
-from orchestrator.errors import UserError
+from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.contracts.errors import UserError
 
 BUILTIN_PROMPTS = 32
 
@@ -46,9 +46,10 @@ def run_generate(args: argparse.Namespace) -> int:
         raise UserError(f"--out {out}: expected a .parquet file")
     prompts = _prompts(args.prompts)
 
-    from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, load_tokenizer, resolve_model
+    from orchestrator.contracts.tokenizer import load_tokenizer
+    from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, resolve_model
     from orchestrator.rollout.groups import make_groups
-    from orchestrator.rollout.pool import RolloutPool
+    from orchestrator.launch import connect, rollout_cpus, start_pool
     from orchestrator.rollout.table import rollout_table, write_parquet
 
     model, tokenizer_name = resolve_model(args.model, args.tokenizer)
@@ -59,13 +60,16 @@ def run_generate(args: argparse.Namespace) -> int:
     check_prompt_fits([len(ids) for ids in prompt_ids], sampling.max_tokens, limit, args.prompts or "built-in prompts")
     requests = make_groups(prompts, prompt_ids, args.num_generations, sampling)
 
-    pool = RolloutPool(model, tokenizer, rollout, seed=args.seed or 0)
     config_file = Path(model) / "config.json"
+    sized_for = None
     if config_file.is_file():
         longest = max(len(ids) for ids in prompt_ids)
-        pool.size_for(json.loads(config_file.read_text()), len(requests) * args.num_generations, longest + sampling.max_tokens)
-    with pool:
+        sized_for = (json.loads(config_file.read_text()), len(requests) * args.num_generations, longest + sampling.max_tokens)
+    pool = start_pool(connect(rollout_cpus(rollout)), model, tokenizer, rollout, seed=args.seed or 0, sized_for=sized_for)
+    try:
         results, seconds = _generate_with_progress(pool, requests)
+    finally:
+        pool.shutdown()
     table = rollout_table(requests, results)
     write_parquet(table, out)
     tokens = sum(len(ids) for ids in table.column("completion_ids").to_pylist())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.errors import UserError
+from orchestrator.contracts.errors import UserError
 
 from orchestrator.training.plots import PHASES as STEP_PHASES
 

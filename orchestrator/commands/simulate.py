@@ -11,14 +11,14 @@ import argparse
 import json
 from pathlib import Path
 
-from orchestrator.errors import UserError
+from orchestrator.contracts.errors import UserError
 
 
 def run_simulate(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from orchestrator.config.base import explain
-    from workers.rollout.simulated_engine import TokenTiming
+    from orchestrator.bench.simulated_engine import TokenTiming
 
     for name in ("engines", "prompts", "num_generations", "max_tokens", "capacity", "hosts"):
         if getattr(args, name) < 1:

@@ -38,9 +38,10 @@ def run_train(args: argparse.Namespace) -> int:
     if checked.dropped_prompts:
         print(f"dropped {checked.dropped_prompts} prompt(s) longer than max_prompt_length={config.max_prompt_length}")
 
-    from orchestrator.training.loop import GRPORun, start_components
+    from orchestrator.launch import start_training
+    from orchestrator.training.loop import GRPORun
 
-    components = start_components(
+    components = start_training(
         config,
         model,
         tokenizer,
@@ -51,17 +52,10 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         metrics = GRPORun(config, checked.prompts, run_dir, components, resume, checked.columns).run()
     finally:
-        _stop(components)
+        components.shutdown()
     first, last = metrics[0], metrics[-1]
     print(
         f"done: {len(metrics)} steps, reward {first['reward_mean']:.3f} (step 1) -> {last['reward_mean']:.3f} "
         f"(step {last['step']}); metrics, rollouts, plots and checkpoints in {run_dir.root}"
     )
     return 0
-
-
-def _stop(components) -> None:
-    import ray
-
-    components.pool.shutdown()
-    ray.kill(components.learner)

@@ -1,7 +1,4 @@
-"""Typed, validated configuration: one model per component, composed into the run config."""
+"""The run config of `train` (train.py) and how it is read (loading.py: YAML + overrides).
 
-from orchestrator.config.base import ConfigError, StrictModel
-from orchestrator.config.rollout import RolloutConfig
-from orchestrator.config.sampling import SamplingConfig
-
-__all__ = ["ConfigError", "RolloutConfig", "SamplingConfig", "StrictModel"]
+The sections the actors read (sampling, rollout, tools, the learner's GRPO settings) live in
+`orchestrator/contracts/`, which the actors import too."""

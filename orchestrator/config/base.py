@@ -1,20 +1,16 @@
-"""The base every config model shares: unknown keys are errors, and errors name the key."""
+"""Config errors worded for the user: each names the (dotted) key, what was given and what was expected."""
 
 from __future__ import annotations
 
 import difflib
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from orchestrator.errors import UserError
+from orchestrator.contracts.errors import UserError
 
 
 class ConfigError(UserError):
     """A configuration problem, worded for the user: which key, what was given, what was expected."""
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
 
 
 def explain(error: ValidationError, model: type[BaseModel], prefix: str = "") -> ConfigError:

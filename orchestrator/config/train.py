@@ -1,5 +1,9 @@
 """The run config of `train`: TRL GRPOConfig names where one exists, plus the pool and the data.
 
+The learner's part (GRPO hyperparameters, the learner section) is `GRPOSettings` in
+contracts/learning.py, which the learner actor imports; `TrainConfig` adds what only the driver
+reads: data, rewards, stops, tools, outputs, the pool and weight sync.
+
 With no `--config`, `train` uses the embedded default (`orchestrator/builtin/default_train.yaml`):
 the built-in tiny model on the built-in search-call task. Field defaults follow TRL's.
 """
@@ -10,10 +14,11 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from orchestrator.config.base import StrictModel
-from orchestrator.config.rollout import RolloutConfig
-from orchestrator.config.sampling import SamplingConfig
-from orchestrator.config.tools import ToolConfig, ToolUse
+from orchestrator.contracts.learning import GRPOSettings
+from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.contracts.strict import StrictModel
+from orchestrator.contracts.tools import ToolConfig, ToolUse
 
 
 class WeightSyncConfig(StrictModel):
@@ -21,26 +26,18 @@ class WeightSyncConfig(StrictModel):
     bucket_mb: int = Field(256, ge=1, description="Weights travel packed in buckets of about this size.")
 
 
-class LearnerConfig(StrictModel):
-    num_cpus: float = Field(1.0, ge=0.0, description="Ray CPUs reserved for the learner actor.")
-    num_gpus: int = Field(0, ge=0, description="GPUs for the learner (0 on CPU; >1 goes through accelerate).")
-    bf16: bool = Field(False, description="bf16 training (GPU only).")
-
-
-class TrainConfig(StrictModel):
+class TrainConfig(GRPOSettings):
     # What to train
     model: str | None = Field(
         None, description="Model folder or hub name; null (or builtin:search) or builtin:lookup for a built-in tiny model."
     )
     tokenizer: str | None = Field(None, description="Learner tokenizer (folder or name); default: the model's.")
-    added_tokens: list[str] = Field(
-        default_factory=list, description="Special tokens added to the tokenizer (embeddings resized) before anything else."
-    )
     # Data and rewards
     prompts: str = Field(
         "builtin:search", description="Prompt file (.jsonl/.parquet, 'prompt' column), 'builtin:search' or 'builtin:lookup'."
     )
-    prompts_per_step: int = Field(4, ge=1, description="Groups per step; samples per step = this x num_generations.")
+    max_prompt_length: int | None = Field(None, ge=1, description="Longest prompt in tokens; longer prompts are an error.")
+    drop_long_prompts: bool = Field(False, description="Skip prompts over max_prompt_length (counted) instead of failing.")
     reward_funcs: list[str] = Field(
         default_factory=lambda: ["builtin:search_call"],
         description="Reward functions: 'path/file.py:name', 'package.module:name' or 'builtin:NAME'.",
@@ -51,27 +48,6 @@ class TrainConfig(StrictModel):
         description="If set, a sample whose reward function raises or returns NaN scores this and is counted "
         "(metric reward_errors); if null, the run stops with an error naming the function and the sample.",
     )
-    # GRPO (TRL GRPOConfig names)
-    num_generations: int = Field(8, ge=2, description="Samples per prompt (the group size).")
-    max_prompt_length: int | None = Field(None, ge=1, description="Longest prompt in tokens; longer prompts are an error.")
-    drop_long_prompts: bool = Field(False, description="Skip prompts over max_prompt_length (counted) instead of failing.")
-    max_completion_length: int = Field(
-        512, ge=1, description="Completion budget in tokens; with tools, model and observation tokens together."
-    )
-    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature (the learner divides logits by it too).")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
-    top_k: int = Field(-1, ge=-1, description="Top-k sampling; -1 keeps all tokens.")
-    learning_rate: float = Field(1e-6, gt=0.0, description="AdamW learning rate.")
-    beta: float = Field(0.0, ge=0.0, description="KL coefficient against the reference model (0: no reference model).")
-    epsilon: float = Field(0.2, gt=0.0, description="Clipping range of the importance ratio.")
-    epsilon_high: float | None = Field(None, gt=0.0, description="Upper clipping range (default: epsilon).")
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"] = Field("dapo", description="TRL loss type.")
-    scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Advantage scaling: std of group/batch/none.")
-    max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
-    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
-    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field("constant", description="Learning-rate schedule.")
-    seed: int = Field(42, description="Seeds the prompt stream, sampling and the learner.")
-    max_steps: int = Field(20, ge=1, description="Optimizer steps (one per generation round).")
     max_staleness: int = Field(
         0,
         ge=0,
@@ -80,13 +56,15 @@ class TrainConfig(StrictModel):
         "learner trains step t; no trained sample is more than one policy version old. Off-policy samples are "
         "corrected by TRL's clipped importance ratio against the engines' logprobs.",
     )
-    # Stops (forwarded to every engine untouched)
+    # Sampling beyond the learner's temperature, and stops (forwarded to every engine untouched)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: int = Field(-1, ge=-1, description="Top-k sampling; -1 keeps all tokens.")
     stop: list[str] = Field(default_factory=list, description="Stop strings, e.g. ['</search>'].")
     stop_token_ids: list[int] = Field(default_factory=list, description="Stop token ids in addition to EOS.")
     include_stop_str_in_output: bool = Field(True, description="Keep the stop string at the end of the completion.")
     ignore_eos: bool = Field(False, description="Do not stop at EOS (benchmarks only).")
     skip_special_tokens: bool = Field(False, description="Drop special tokens from completion text.")
-    # Tools (multi-turn rollouts; see config/tools.py)
+    # Tools (multi-turn rollouts; see contracts/tools.py)
     tools: list[ToolConfig] = Field(default_factory=list, description="Tools the model may call: [{name, fn, begin, end, timeout_s}].")
     max_turns: int = Field(4, ge=1, description="Model turns per sample: at most max_turns - 1 tool calls are run.")
     max_observation_tokens: int = Field(64, ge=1, description="A tool result longer than this (in tokens) is truncated.")
@@ -100,7 +78,6 @@ class TrainConfig(StrictModel):
     plot_steps: int = Field(5, ge=1, description="Redraw the PNG plots every N steps.")
     # Components
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="The vLLM engine pool.")
-    learner: LearnerConfig = Field(default_factory=LearnerConfig, description="The learner actor.")
     weight_sync: WeightSyncConfig = Field(default_factory=WeightSyncConfig, description="Learner -> engines.")
 
     @model_validator(mode="after")
@@ -117,10 +94,6 @@ class TrainConfig(StrictModel):
             if repeated:
                 raise ValueError(f"tools: two tools share the {key} {repeated[0]!r}; each needs its own")
         return self
-
-    @property
-    def samples_per_step(self) -> int:
-        return self.prompts_per_step * self.num_generations
 
     def tool_use(self) -> ToolUse | None:
         if not self.tools:

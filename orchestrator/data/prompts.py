@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator.errors import UserError
+from orchestrator.contracts.errors import UserError
 
 
 class PromptFileError(UserError):

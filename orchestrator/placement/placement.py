@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from orchestrator.errors import UserError
+from orchestrator.contracts.errors import UserError
 from orchestrator.placement.labels import LEARNER_RESOURCE, LEARNER_ROLE, ROLE_LABEL, ROLLOUT_RESOURCE, ROLLOUT_ROLE
 
 Mode = Literal["labels", "resources", "local"]

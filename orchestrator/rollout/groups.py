@@ -1,60 +1,16 @@
-"""Prompts become groups; groups come back as samples; assembly checks every group's shape.
+"""Groups on the driver: a prompt list becomes one group per prompt (`generate`), and results are
+assembled back in request order with every group's shape checked (both commands).
 
-Identity is never the prompt text. A group's id is its prompt's position in the stream, so two
-identical prompts are two groups, each with its own `num_generations` samples, and a sample is
-named by `(group_id, sample_index)` alone.
+Identity is never the prompt text. A group's id is its prompt's position in the list or stream, so
+two identical prompts are two groups, each with its own `num_generations` samples, and a sample is
+named by `(group_id, sample_index)` alone. The types themselves are in contracts/groups.py;
+`train` builds its requests from the prompt stream in training/requests.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
-from orchestrator.config.sampling import SamplingConfig
-from orchestrator.config.tools import ToolUse
-
-
-@dataclasses.dataclass(frozen=True)
-class GroupRequest:
-    group_id: int
-    prompt_index: int  # position in the input file (equal to group_id unless the stream is offset)
-    prompt: str
-    prompt_ids: list[int]
-    num_generations: int
-    sampling: SamplingConfig
-    tools: ToolUse | None = None  # multi-turn: run tool calls and continue (workers/rollout/multi_turn.py)
-
-
-@dataclasses.dataclass(frozen=True)
-class ToolCall:
-    name: str
-    call: str  # the text between the tool's begin and end tags
-    result: str  # what the model saw between the result tags (after truncation), error text included
-    status: str  # "ok", "error" (the tool raised or returned a non-string) or "timeout"
-    latency_s: float
-
-
-@dataclasses.dataclass(frozen=True)
-class Sample:
-    sample_index: int
-    completion: str
-    completion_ids: list[int]
-    logprobs: list[float | None]  # of each sampled token, under the distribution actually sampled
-    finish_reason: str  # "stop" (EOS or a configured stop) or "length"
-    stop_reason: str | None  # the stop string, or the stop token id as text; None for EOS/length
-    stop_token_id: int | None  # the stop token id when one ended the sample
-    # Multi-turn samples: completion_ids interleave model and observation tokens; observation_mask
-    # marks the observation tokens (never trained on), whose logprobs are None.
-    observation_mask: list[int] | None = None  # None: every token is the model's
-    turns: int = 1
-    tool_calls: list[ToolCall] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass(frozen=True)
-class GroupResult:
-    group_id: int
-    engine_id: int
-    policy_version: int
-    samples: list[Sample]
+from orchestrator.contracts.groups import GroupRequest, GroupResult
+from orchestrator.contracts.sampling import SamplingConfig
 
 
 class GroupShapeError(RuntimeError):

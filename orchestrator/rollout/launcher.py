@@ -1,7 +1,7 @@
 """How the pool gets an engine: one interface, two ways.
 
 `ActorLauncher` (the default) starts one `RolloutWorker` Ray actor per engine, each with its own vLLM
-engine. `workers/rollout/simulated_actor.py:SimulatedLauncher` gives handles to simulated engines,
+engine. `orchestrator/bench/simulated_engines.py:SimulatedLauncher` gives handles to simulated engines,
 so the pool's own code can be measured at hundreds of engines on one machine. Either way the pool
 holds a handle per engine and calls `handle.<method>.remote(...)` on it (`start`, `generate`,
 `shutdown`, ...), getting real Ray ObjectRefs back.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from orchestrator.config.rollout import RolloutConfig
+from orchestrator.contracts.rollout import RolloutConfig
 
 
 class EngineLauncher(ABC):

@@ -1,14 +1,10 @@
-"""`RolloutPool`: rollout actors, each one vLLM engine, that all hold the canonical tokenizer.
+"""`RolloutPool`: sends groups to the engines of an `EngineGroup` and collects what comes back.
 
-Start-up ships the canonical tokenizer to every engine and refuses to go on unless each engine
-reports the same fingerprint. `generate` sends groups to the least-loaded engine and returns
-results as they finish; callers get them back in any order and assemble by group id.
-
-Engines come and go while the pool runs. A dead engine (its actor or its vLLM process killed, or a
-group past its deadline) is dropped, its in-flight groups go back to the queue for the live
-engines, and a replacement starts in the background; the replacement serves only once its
-tokenizer fingerprint matches and `on_engine_ready` has brought it to the current weights. Until
-then the pool runs degraded on the engines it has, and fails only when none are left.
+`generate` sends each group to the least-loaded serving engine (dispatcher.py), never more than
+`rollout.max_inflight_samples` samples to one engine, and returns results as they finish; callers
+get them back in any order and assemble by group id. A group whose engine died goes back to the
+queue for the live engines, and the group replaces the engine (engine_group.py): the pool runs
+degraded on the engines it has and fails only when none are left.
 
 Engines come from a launcher (launcher.py): one vLLM actor each by default, or simulated engines,
 which is how `python -m orchestrator simulate` measures this file at hundreds of engines.
@@ -18,250 +14,32 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import dataclasses
-import gc
 import queue
-import time
 from collections.abc import Callable
 
-from orchestrator.config.rollout import RolloutConfig
-from orchestrator.errors import RunError, UserError
-from orchestrator.placement.labels import ROLE_LABEL, ROLLOUT_ROLE
+from orchestrator.contracts.engine_death import is_engine_death
+from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
-from orchestrator.rollout.groups import GroupRequest, GroupResult
-from orchestrator.rollout.launcher import ActorLauncher, EngineLauncher
-from orchestrator.tokenizer.bundle import TokenizerBundle, bundle_tokenizer
-from orchestrator.tokenizer.fingerprint import differences, fingerprint
-
-ENGINE_DEATHS = {"EngineDeadError", "EngineGenerateError", "TimeoutError"}  # causes that mean "replace it"
-
-
-class TokenizerMismatchError(UserError):
-    """An engine loaded a tokenizer that is not the canonical one."""
-
-
-class EngineFailedError(RunError):
-    """Engines failed to start, or none is left to generate."""
-
-
-@dataclasses.dataclass
-class _Starting:
-    actor: object
-    ready: object  # ObjectRef of RolloutWorker.start()
-    deadline: float
+from orchestrator.rollout.engine_group import EngineFailedError, EngineGroup
 
 
 class RolloutPool:
-    def __init__(
-        self,
-        model: str | None,
-        tokenizer,
-        config: RolloutConfig,
-        seed: int = 0,
-        engine_tokenizer: TokenizerBundle | None = None,
-        placement=None,
-        launcher: EngineLauncher | None = None,
-    ):
-        """`tokenizer` is the canonical tokenizer object; `model` a path or name, or None when the
-        engines take their weights from a learner (`engine_tokenizer` then carries config.json too,
-        and `on_engine_ready` must load the weights). `engine_tokenizer` overrides what is shipped
-        to the engines (default: the canonical tokenizer), which is how a mismatch is shown.
-        `launcher` starts the engines (default: one vLLM `RolloutWorker` actor each)."""
-        self.model = model
-        self.launcher = launcher or ActorLauncher()
-        self.placement = placement  # orchestrator.placement.placement.Placement; detected at start
-        self.config = config
-        self.seed = seed
-        self.expected = fingerprint(tokenizer)
-        self.bundle = engine_tokenizer or bundle_tokenizer(tokenizer)
-        self.actors: dict[int, object] = {}  # serving engines only
-        self.starting: dict[int, _Starting] = {}
-        self.restarts = 0
-        self.device = "cpu"
-        self.on_engine_ready: Callable[[int, object], None] | None = None  # set by training: sync weights
-        self._next_id = 0
-        self._bundle_ref = None
-        self._groups: dict[int, object] = {}  # engine id -> its placement group (None locally)
-        self.draining: set[int] = set()  # engines that take no new groups and stop once idle
-
-    # --- lifecycle -------------------------------------------------------------------------------
-
-    def size_for(self, model_config: dict, samples_in_flight: int, tokens_per_sample: int) -> None:
-        """On CPU, size each engine's KV cache for the work (unless the user set it) and cap the
-        samples an engine holds to what was sized; see kv_cache.py for why this matters."""
-        from orchestrator.rollout.kv_cache import cpu_kv_cache_bytes
-
-        if self.config.kv_cache_memory_bytes is not None:
-            return
-        inflight = min(self.config.max_inflight_samples, samples_in_flight)
-        self.config = self.config.model_copy(
-            update={
-                "max_inflight_samples": inflight,
-                "kv_cache_memory_bytes": cpu_kv_cache_bytes(model_config, inflight, tokens_per_sample),
-            }
-        )
+    def __init__(self, engines: EngineGroup):
+        self.engines = engines
 
     def start(self) -> RolloutPool:
-        import ray
-
-        from orchestrator.ray_runtime import cluster_has_gpus, init_ray
-
-        init_ray(num_cpus=self.config.engines * self.config.num_cpus_per_engine)
-        from orchestrator.placement.placement import detect
-
-        self.device = "cuda" if cluster_has_gpus() else "cpu"
-        self.placement = self.placement or detect()
-        self._bundle_ref = ray.put(self.bundle)
-        try:
-            for _ in range(self.config.engines):
-                self.add_engine()
-            self._wait_for_starting(block=True, strict=True)
-        except BaseException:
-            self.shutdown()
-            raise
-        _freeze_startup_objects()
+        self.engines.start()
         return self
 
-    def add_engine(self) -> int:
-        """Start one more engine in the background; it serves once ready and synced."""
-        engine_id, self._next_id = self._next_id, self._next_id + 1
-        gpus = self.config.tensor_parallel_size if self.device == "cuda" else 0
-        # Never block here (a replacement must not stall generation): an engine that finds no node
-        # misses its start deadline and the pool goes on without it.
-        options, self._groups[engine_id] = self.placement.actor_options(ROLLOUT_ROLE, self.config.num_cpus_per_engine, gpus, None)
-        actor = self.launcher.launch(
-            engine_id, self.model, self._bundle_ref, self.config, self.device, self.seed + engine_id, options
-        )
-        deadline = time.monotonic() + self.config.startup_timeout_s
-        self.starting[engine_id] = _Starting(actor, actor.start.remote(), deadline)
-        return engine_id
+    def shutdown(self) -> None:
+        self.engines.shutdown()
 
-    def _wait_for_starting(self, block: bool, strict: bool = False) -> list[int]:
-        """Admit engines that finished starting. `block` waits until one is admitted (with `strict`,
-        the first start: until all are) or none is left starting; `strict` turns any start failure
-        into an error instead of running degraded."""
-        import ray
+    def __enter__(self) -> RolloutPool:
+        return self.start()
 
-        admitted = []
-        while self.starting:
-            refs = {entry.ready: engine_id for engine_id, entry in self.starting.items()}
-            timeout = max(0.0, min(e.deadline for e in self.starting.values()) - time.monotonic()) if block else 0
-            done, _ = ray.wait(list(refs), num_returns=1 if block else len(refs), timeout=timeout)
-            for ref in done:
-                engine_id = refs[ref]
-                if self._admit(engine_id, self.starting.pop(engine_id), strict):
-                    admitted.append(engine_id)
-            for engine_id, entry in list(self.starting.items()):
-                if time.monotonic() > entry.deadline:
-                    del self.starting[engine_id]
-                    self._kill(engine_id, entry.actor)
-                    self._fail_or_warn(
-                        strict,
-                        f"engine {engine_id} did not start within rollout.startup_timeout_s={self.config.startup_timeout_s}s "
-                        f"(placement: {self.placement.mode}; is a node with {ROLE_LABEL}={ROLLOUT_ROLE} and free resources up?)",
-                    )
-            if not block or (admitted and not strict):
-                break
-        return admitted
-
-    def _admit(self, engine_id: int, entry: _Starting, strict: bool) -> bool:
-        import ray
-
-        try:
-            reported = ray.get(entry.ready)
-        except ray.exceptions.RayError as error:
-            self._kill(engine_id, entry.actor)
-            self._fail_or_warn(strict, f"engine {engine_id} failed to start: {error}")
-            return False
-        problems = differences(self.expected, reported)
-        if problems:
-            self._kill(engine_id, entry.actor)
-            raise TokenizerMismatchError(
-                "rollout engines loaded a tokenizer that differs from the canonical one; refusing to generate:\n  "
-                + "\n  ".join(f"engine {engine_id}: {line}" for line in problems)
-            )
-        if self.on_engine_ready is not None:
-            try:
-                self.on_engine_ready(engine_id, entry.actor)  # current weights before the first request
-            except Exception as error:
-                self._kill(engine_id, entry.actor)
-                self._fail_or_warn(strict, f"engine {engine_id} could not load the current weights: {_reason(error)}")
-                return False
-        self.actors[engine_id] = entry.actor
-        return True
-
-    def _fail_or_warn(self, strict: bool, message: str) -> None:
-        if strict:
-            raise EngineFailedError(message)
-        print(f"warning: {message}; continuing with {len(self.actors)} engine(s)", flush=True)
-
-    def engine_died(self, engine_id: int, error: BaseException) -> None:
-        """Drop a dead engine and start its replacement (which serves once ready and synced)."""
-        actor = self.actors.pop(engine_id, None)
-        if actor is None:
-            return  # already handled for another of its groups
-        self._kill(engine_id, actor)
-        if engine_id in self.draining:  # it was leaving anyway
-            self.draining.discard(engine_id)
-            return
-        if self.restarts >= self.config.max_restarts:
-            print(f"warning: engine {engine_id} died ({_reason(error)}); rollout.max_restarts reached, not replacing it", flush=True)
-            return
-        self.restarts += 1
-        replacement = self.add_engine()
-        print(
-            f"warning: engine {engine_id} died ({_reason(error)}); its groups go to the {len(self.actors)} live engine(s), "
-            f"replacement engine {replacement} is starting",
-            flush=True,
-        )
-
-    def resize(self, engines: int) -> None:
-        """Grow or shrink to `engines`. New engines start in the background and serve once ready and
-        synced; when shrinking, engines still starting are cancelled first, then the newest serving
-        engines stop taking groups, finish the groups they hold, and stop."""
-        if engines < 1:
-            raise UserError(f"a pool needs at least 1 engine, asked for {engines}")
-        self.draining &= set(self.actors)
-        serving = sorted(set(self.actors) - self.draining)
-        for _ in range(engines - len(serving) - len(self.starting)):
-            self.add_engine()
-        while self.starting and len(serving) + len(self.starting) > engines:
-            engine_id = max(self.starting)
-            self._kill(engine_id, self.starting.pop(engine_id).actor)
-        surplus = serving[engines:] if len(serving) > engines else []
-        self.draining.update(surplus)
-        if surplus:
-            print(f"draining engine(s) {surplus}: they finish their groups, then stop", flush=True)
-
-    def _stop_drained(self, busy: set[int]) -> None:
-        for engine_id in sorted(self.draining - busy):
-            if engine_id in self.actors:
-                self.remove_engine(engine_id)
-            self.draining.discard(engine_id)
-
-    def remove_engine(self, engine_id: int) -> None:
-        """Stop an engine now (`resize` is the graceful way: it drains first)."""
-        import ray
-
-        actor = self.actors.pop(engine_id)
-        try:
-            ray.get(actor.shutdown.remote(), timeout=30)
-        except ray.exceptions.RayError:
-            pass
-        self._kill(engine_id, actor)
-
-    def _kill(self, engine_id: int, actor) -> None:
-        import ray
-
-        try:
-            self.launcher.kill(actor)
-        except Exception:  # already gone
-            pass
-        group = self._groups.pop(engine_id, None)
-        if group is not None:
-            ray.util.remove_placement_group(group)
-
-    # --- generation ------------------------------------------------------------------------------
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
 
     def generate(
         self, requests: list[GroupRequest], on_result: Callable[[GroupResult], None] | None = None
@@ -273,26 +51,27 @@ class RolloutPool:
         would, and at hundreds of engines that is thousands of refs per finished group."""
         import ray
 
-        self._wait_for_starting(block=False)
-        dispatcher = LeastLoadedDispatcher(list(self.actors), self.config.max_inflight_samples)
+        engines = self.engines
+        engines.admit_ready(block=False)
+        dispatcher = LeastLoadedDispatcher(list(engines.actors), engines.config.max_inflight_samples)
         pending = collections.deque(requests)
         inflight: dict[concurrent.futures.Future, tuple[int, GroupRequest, object]] = {}  # -> engine, request, ref
         finished: queue.SimpleQueue[concurrent.futures.Future] = queue.SimpleQueue()
         groups_on = collections.Counter()  # engine id -> its groups in flight
         results = []
         while pending or inflight:
-            idle = not inflight and not (set(self.actors) - self.draining)
-            for engine_id in self._wait_for_starting(block=idle):
+            idle = not inflight and not (set(engines.actors) - engines.draining)
+            for engine_id in engines.admit_ready(block=idle):
                 dispatcher.add(engine_id)
-            if self.draining:
-                for engine_id in self.draining:
+            if engines.draining:
+                for engine_id in engines.draining:
                     dispatcher.remove(engine_id)
-                self._stop_drained(busy={engine_id for engine_id, count in groups_on.items() if count})
-            if not self.actors and not inflight:
+                engines.stop_drained(busy={engine_id for engine_id, count in groups_on.items() if count})
+            if not engines.actors and not inflight:
                 raise EngineFailedError("no rollout engine is left to generate with")
             while pending and (engine_id := dispatcher.pick(pending[0].num_generations)) is not None:
                 request = pending.popleft()
-                ref = self.actors[engine_id].generate.remote(request)
+                ref = engines.actors[engine_id].generate.remote(request)
                 future = ref.future()
                 inflight[future] = (engine_id, request, ref)
                 future.add_done_callback(finished.put)
@@ -309,52 +88,15 @@ class RolloutPool:
                         raise error.cause from None  # a configuration problem (e.g. a tool), worded for the user
                     if not is_engine_death(error):
                         raise
-                    self.engine_died(engine_id, error)
+                    engines.engine_died(engine_id, error)
                     dispatcher.remove(engine_id)
                     pending.appendleft(request)  # generated again on a live engine, exactly once
                     continue
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
-        self._stop_drained(busy=set())
+        engines.stop_drained(busy=set())
         return results
-
-    def engine_pids(self) -> dict[int, int]:
-        import ray
-
-        return {engine_id: ray.get(actor.pid.remote()) for engine_id, actor in self.actors.items()}
-
-    def shutdown(self) -> None:
-        import ray
-
-        everyone = {**self.actors, **{engine_id: entry.actor for engine_id, entry in self.starting.items()}}
-        for engine_id, actor in everyone.items():
-            try:
-                ray.get(actor.shutdown.remote(), timeout=30)
-            except ray.exceptions.RayError:
-                pass
-            self._kill(engine_id, actor)
-        self.actors.clear()
-        self.starting.clear()
-        gc.unfreeze()  # see _freeze_startup_objects; interpreter exit then cleans up as usual
-
-    def __enter__(self) -> RolloutPool:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.shutdown()
-
-
-def _freeze_startup_objects() -> None:
-    """Keep Python's cycle collector off everything the driver holds at start-up.
-
-    By now the driver has imported Ray, transformers and usually torch: millions of objects that
-    live as long as the process. Every full collection walks all of them, about a second on a small
-    CPU with the GIL held, while results are waiting; and results (each a few dozen containers)
-    trigger such collections as they pile up. Frozen objects are skipped by the collector (they
-    are still freed by reference counting); collecting first keeps existing garbage out of it."""
-    gc.collect()
-    gc.freeze()
 
 
 def _drain(finished: queue.SimpleQueue, timeout: float) -> list:
@@ -368,17 +110,3 @@ def _drain(finished: queue.SimpleQueue, timeout: float) -> list:
             items.append(finished.get_nowait())
         except queue.Empty:
             return items
-
-
-def is_engine_death(error: BaseException) -> bool:
-    import ray
-
-    if isinstance(error, ray.exceptions.RayActorError):
-        return True
-    cause = getattr(error, "cause", None)
-    return type(cause).__name__ in ENGINE_DEATHS or type(error).__name__ in ENGINE_DEATHS
-
-
-def _reason(error: BaseException) -> str:
-    cause = getattr(error, "cause", None) or error
-    return f"{type(cause).__name__}: {str(cause).splitlines()[0][:200] if str(cause) else ''}"

@@ -8,7 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from orchestrator.rollout.groups import GroupRequest, GroupResult, assemble
+from orchestrator.contracts.groups import GroupRequest, GroupResult
+from orchestrator.rollout.groups import assemble
 
 TOOL_CALL = pa.struct(
     [("name", pa.string()), ("call", pa.string()), ("result", pa.string()), ("status", pa.string()), ("latency_s", pa.float64())]
@@ -58,6 +59,18 @@ def rollout_table(requests: list[GroupRequest], results: list[GroupResult]) -> p
             columns["turns"].append(sample.turns)
             columns["tool_calls"].append([dataclasses.asdict(call) for call in sample.tool_calls])
     return pa.table(columns, schema=ROLLOUT_SCHEMA)
+
+
+def with_training_columns(table: pa.Table, step: int, scores: dict, advantages) -> pa.Table:
+    """The rollout table as `train` writes it: the step first, then each sample's reward, advantage
+    and per-function rewards (`rewards/<spec>`) at the end."""
+    table = table.add_column(0, "step", pa.array([step] * table.num_rows, pa.int64()))
+    table = table.append_column("reward", pa.array(scores["reward"], pa.float64()))
+    table = table.append_column("advantage", pa.array(advantages, pa.float64()))
+    for name, values in scores.items():
+        if name.startswith("rewards/"):
+            table = table.append_column(name, pa.array(values, pa.float64()))
+    return table
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from orchestrator.config.train import TrainConfig
-from orchestrator.errors import UserError
+from orchestrator.contracts.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from orchestrator.rollout.groups import GroupRequest, GroupResult
+from orchestrator.contracts.groups import GroupRequest, GroupResult
 
 
 class RewardBatches:

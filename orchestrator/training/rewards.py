@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from orchestrator import user_functions
-from orchestrator.errors import UserError
+from orchestrator.contracts import user_functions
+from orchestrator.contracts.errors import UserError
 
 BUILTIN = {
     "search_call": "orchestrator.builtin.search_task:search_call_reward",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.errors import UserError
+from orchestrator.contracts.errors import UserError
 
 
 STATE_FILE = "orchestrator_state.json"

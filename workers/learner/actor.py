@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from orchestrator.config.train import TrainConfig
-from orchestrator.tokenizer.bundle import TokenizerBundle, bundle_tokenizer
+from orchestrator.contracts.learning import GRPOSettings
+from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
 
 
 class Learner:
     """Created through `ray.remote(Learner)`; every method is called remotely."""
 
-    def __init__(self, config: TrainConfig, model: str, tokenizer: str, resume_from: str | None = None):
+    def __init__(self, config: GRPOSettings, model: str, tokenizer: str, resume_from: str | None = None):
         import logging
         import warnings
 

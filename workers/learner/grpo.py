@@ -14,7 +14,7 @@ import time
 import numpy as np
 import torch
 
-from orchestrator.config.train import TrainConfig
+from orchestrator.contracts.learning import GRPOSettings
 from workers.learner.model_setup import load_model, load_tokenizer
 from workers.weights.buckets import WeightBucket, pack
 
@@ -27,7 +27,7 @@ def _unused_reward(prompts, completions, **kwargs):  # GRPOTrainer wants one; re
 
 
 class GRPOLearner:
-    def __init__(self, config: TrainConfig, model, tokenizer: str):
+    def __init__(self, config: GRPOSettings, model, tokenizer: str):
         """`model` is a name, a path or a model object; `tokenizer` a name or path."""
         from datasets import Dataset
         from trl import GRPOConfig, GRPOTrainer

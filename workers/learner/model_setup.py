@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from orchestrator.errors import UserError
+from orchestrator.contracts.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ def load_tokenizer(name_or_path: str, added_tokens: list[str], warn: bool = True
     """The learner's tokenizer: as saved, plus `added_tokens` (special), plus the pad fallback."""
     from transformers import AddedToken
 
-    from orchestrator.models import load_tokenizer as load_as_saved
+    from orchestrator.contracts.tokenizer import load_tokenizer as load_as_saved
 
     tokenizer = load_as_saved(name_or_path)
     new = [t for t in added_tokens if t not in tokenizer.get_vocab()]

@@ -13,10 +13,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from orchestrator.config.rollout import RolloutConfig
-from orchestrator.rollout.groups import GroupRequest, GroupResult
-from orchestrator.tokenizer.bundle import TokenizerBundle
-from orchestrator.tokenizer.fingerprint import TokenizerFingerprint
+from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.contracts.groups import GroupRequest, GroupResult
+from orchestrator.contracts.tokenizer import TokenizerBundle
+from orchestrator.contracts.fingerprint import TokenizerFingerprint
 
 
 class RolloutWorker:
@@ -37,7 +37,6 @@ class RolloutWorker:
         self._args = (engine_id, model or str(self._folder), self._folder, config, device, seed, model is None)
         self._engine = None
         self._tools = None
-        self._corrupt_next_load = False
 
     async def start(self) -> TokenizerFingerprint:
         """Build the engine (tens of seconds) and return the fingerprint of its tokenizer."""
@@ -58,9 +57,6 @@ class RolloutWorker:
         import asyncio
 
         buckets = await asyncio.gather(*bucket_refs)  # numpy views of the object store: no copy
-        if self._corrupt_next_load:
-            buckets[0] = _flip_one_byte(buckets[0])
-            self._corrupt_next_load = False
         return await self._engine.load_weights(buckets, version)
 
     async def init_nccl(self, init_info: dict) -> None:
@@ -68,11 +64,6 @@ class RolloutWorker:
 
     async def receive_nccl(self, metadata: dict, version: int) -> tuple[int, str]:
         return await self._engine.receive_nccl(metadata, version)
-
-    def corrupt_next_weight_load(self) -> None:
-        """Fault injection (tests): flip one byte of the next weights received, as a broken
-        transfer would; the provenance check must catch it."""
-        self._corrupt_next_load = True
 
     def policy_version(self) -> int:
         return self._engine.policy_version
@@ -82,11 +73,6 @@ class RolloutWorker:
 
         return ray.get_runtime_context().get_node_id()
 
-    def pid(self) -> int:
-        import os
-
-        return os.getpid()
-
     def shutdown(self) -> None:
         if self._tools is not None:
             self._tools.shutdown()
@@ -95,10 +81,3 @@ class RolloutWorker:
             self._engine = None
         shutil.rmtree(self._folder, ignore_errors=True)
 
-
-def _flip_one_byte(bucket):
-    import dataclasses
-
-    chunk = bytearray(bucket.chunks[0])
-    chunk[len(chunk) // 2] ^= 0xFF
-    return dataclasses.replace(bucket, chunks=(chunk, *bucket.chunks[1:]))

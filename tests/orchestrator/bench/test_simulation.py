@@ -4,8 +4,8 @@ import collections
 import subprocess
 import sys
 
-from orchestrator.config.rollout import RolloutConfig
-from workers.rollout.simulated_engine import TokenTiming
+from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.bench.simulated_engine import TokenTiming
 
 FAST = TokenTiming(step_base_s=0.002, step_per_sample_s=0.0, prefill_per_token_s=0.0, mean_completion_tokens=8)
 
@@ -23,9 +23,9 @@ def test_every_group_comes_back_once_with_the_rate_beside_the_ideal(tiny, ray_se
 
 def test_the_ideal_replay_matches_the_timing_model_by_hand(tiny):
     from orchestrator.bench import simulation
-    from workers.rollout.simulated_engine import completion_lengths
+    from orchestrator.bench.simulated_engine import completion_lengths
 
-    _, requests = simulation.workload(prompts=10, num_generations=2, max_tokens=16)
+    _, requests, _ = simulation.workload(prompts=10, num_generations=2, max_tokens=16)
     timing = TokenTiming(step_base_s=0.01, step_per_sample_s=0.0, prefill_per_token_s=0.001, mean_completion_tokens=6)
     ideal = simulation.ideal_rate(requests, engines=1, capacity=2, timing=timing)  # one group at a time
     by_hand = sum(
@@ -36,25 +36,27 @@ def test_the_ideal_replay_matches_the_timing_model_by_hand(tiny):
 
 def test_a_killed_engine_loses_no_group_and_is_replaced(tiny, ray_session):
     from orchestrator.bench import simulation
+    from orchestrator.bench.simulated_engines import SimulatedLauncher
+    from orchestrator.rollout.engine_group import EngineGroup
     from orchestrator.rollout.pool import RolloutPool
-    from workers.rollout.simulated_actor import SimulatedLauncher
 
-    tokenizer, requests = simulation.workload(prompts=80, num_generations=2, max_tokens=32)
+    tokenizer, requests, _ = simulation.workload(prompts=80, num_generations=2, max_tokens=32)
     launcher = SimulatedLauncher(FAST)
-    pool = RolloutPool("simulated", tokenizer, RolloutConfig(engines=4, max_inflight_samples=4, num_cpus_per_engine=0), launcher=launcher)
+    config = RolloutConfig(engines=4, max_inflight_samples=4, num_cpus_per_engine=0)
+    pool = RolloutPool(EngineGroup(ray_session, "simulated", tokenizer, config, launcher=launcher))
     killed = []
 
     def kill_engine_0_once(result):
         if not killed:
             killed.append(0)
-            launcher.kill(pool.actors[0])
+            launcher.kill(pool.engines.actors[0])
 
     try:
         pool.start()
         results = pool.generate(requests, on_result=kill_engine_0_once)
         counts = collections.Counter(r.group_id for r in results)
         assert sorted(counts) == list(range(80)) and set(counts.values()) == {1}
-        assert pool.restarts == 1 and 0 not in pool.actors
+        assert pool.engines.restarts == 1 and 0 not in pool.engines.actors
     finally:
         pool.shutdown()
         launcher.close()

@@ -21,7 +21,8 @@ SCRIPT = textwrap.dedent(
     from orchestrator.builtin.tiny_model import tiny_model
     from orchestrator.config.train import TrainConfig
     from orchestrator.placement.labels import LEARNER_ROLE, ROLE_LABEL, ROLLOUT_ROLE
-    from orchestrator.training.loop import GRPORun, start_components
+    from orchestrator.launch import start_training
+    from orchestrator.training.loop import GRPORun
     from orchestrator.training.run_dir import RunDir
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
@@ -35,20 +36,20 @@ SCRIPT = textwrap.dedent(
         prompts_per_step=2, num_generations=4, max_completion_length=12, max_steps=2, learning_rate=1e-3,
         rollout={"engines": 2}, output_dir=sys.argv[1],
     )
-    parts = start_components(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    parts = start_training(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
     run_dir = RunDir.create(config.output_dir)
     run_dir.prepare({})
     metrics = GRPORun(config, search_task.all_prompts(), run_dir, parts).run()
     print("RESULT " + json.dumps({
         "rollout_nodes": [n.node_id for n in rollout_nodes],
         "learner_node": learner_node.node_id,
-        "engine_nodes": [ray.get(a.node_id.remote()) for a in parts.pool.actors.values()],
-        "learner_on": ray.get(parts.learner.node_id.remote()),
-        "placement": parts.pool.placement.mode,
+        "engine_nodes": [ray.get(a.node_id.remote()) for a in parts.pool.engines.actors.values()],
+        "learner_on": parts.learner.node_ids()[0],
+        "placement": parts.pool.engines.cluster.placement.mode,
         "lp_diff": max(m["rollout/logprob_abs_diff"] for m in metrics),
         "steps": len(metrics),
     }))
-    parts.pool.shutdown()
+    parts.shutdown()
     ray.shutdown()
     cluster.shutdown()
     """

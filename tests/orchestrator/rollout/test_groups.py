@@ -1,7 +1,8 @@
 import pytest
 
-from orchestrator.config.sampling import SamplingConfig
-from orchestrator.rollout.groups import GroupResult, GroupShapeError, Sample, assemble, make_groups
+from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.contracts.groups import GroupResult, Sample
+from orchestrator.rollout.groups import GroupShapeError, assemble, make_groups
 from orchestrator.rollout.table import rollout_table
 
 PATTERN = ["p0", "p0", "p1", "p0", "p2", "p2", "p3", "p0", "p1", "p4", "p4", "p4"]

@@ -5,8 +5,8 @@ import collections
 import pytest
 
 from orchestrator.builtin import search_task
-from orchestrator.config.rollout import RolloutConfig
-from orchestrator.config.sampling import SamplingConfig
+from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.rollout.groups import make_groups
 from orchestrator.rollout.table import rollout_table
 
@@ -89,14 +89,14 @@ def test_generation_needs_no_pad_token(pool, learner_tokenizer):
 
 
 def test_engine_with_a_different_tokenizer_is_refused_before_any_request(tiny, learner_tokenizer, base_tokenizer, ray_session):
-    from orchestrator.rollout.pool import RolloutPool, TokenizerMismatchError
-    from orchestrator.tokenizer.bundle import bundle_tokenizer
+    from orchestrator.contracts.tokenizer import bundle_tokenizer
+    from orchestrator.rollout.engine_group import EngineGroup, TokenizerMismatchError
 
-    pool = RolloutPool(
-        str(tiny.model_dir), learner_tokenizer, RolloutConfig(engines=1), engine_tokenizer=bundle_tokenizer(base_tokenizer)
+    engines = EngineGroup(
+        ray_session, str(tiny.model_dir), learner_tokenizer, RolloutConfig(engines=1), engine_tokenizer=bundle_tokenizer(base_tokenizer)
     )
     with pytest.raises(TokenizerMismatchError) as refused:
-        pool.start()
+        engines.start()
     message = str(refused.value)
     assert "engine 0: added token '<search>'" in message and "is missing" in message
-    assert pool.actors == {}  # nothing left running, no request was ever sent
+    assert engines.actors == {} and engines.starting == {}  # nothing left running, no request was ever sent

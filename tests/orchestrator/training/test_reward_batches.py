@@ -3,8 +3,8 @@ every group still gets exactly its own scores back."""
 
 import time
 
-from orchestrator.config.sampling import SamplingConfig
-from orchestrator.rollout.groups import GroupRequest, GroupResult, Sample
+from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 
 
 def _group(group_id: int):
@@ -39,3 +39,4 @@ def test_groups_back_while_tasks_run_share_the_next_task(ray_session):
     scores = batches.per_group(ray.get)
     assert [scores[g]["text"] for g in range(7)] == [[f"g{g}s0", f"g{g}s1"] for g in range(7)]
     assert sum(scores[g]["reward_errors"] for g in range(7)) == 3  # one per task, counted once
+

@@ -1,6 +1,6 @@
 import pytest
 
-from orchestrator.errors import UserError
+from orchestrator.contracts.errors import UserError
 from orchestrator.training.rewards import RewardError, resolve, score
 
 
@@ -61,10 +61,10 @@ def test_a_reward_error_in_the_ray_task_reaches_the_user_as_itself(ray_session, 
     """Rewards run in a Ray task; their failure must come back as the named error, not a Ray traceback."""
     import ray
 
-    from orchestrator.training.loop import _unwrap
+    from orchestrator.training.scoring import unwrap
 
     reward_file = tmp_path / "boom.py"
     reward_file.write_text("def boom(prompts, completions, **kw):\n    raise ValueError('no score for you')\n")
     ref = ray.remote(score).options(num_cpus=0).remote([f"{reward_file}:boom"], None, ["p"], ["c"], [[1]])
     with pytest.raises(RewardError, match="raised ValueError: no score for you on sample 0"):
-        _unwrap(ref)
+        unwrap(ref)

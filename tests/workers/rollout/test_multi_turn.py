@@ -3,7 +3,7 @@
 import asyncio
 import re
 
-from orchestrator.config.tools import ToolConfig, ToolUse
+from orchestrator.contracts.tools import ToolConfig, ToolUse
 from workers.rollout.multi_turn import Turn, Vocabulary, run_sample
 
 TAGS = ["<search>", "</search>", "<result>", "</result>", "<eos>"]

@@ -2,7 +2,7 @@
 
 import types
 
-from orchestrator.config.sampling import SamplingConfig
+from orchestrator.contracts.sampling import SamplingConfig
 from workers.rollout.sampling import to_samples, vllm_params
 
 EOS = 0

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.config.base import StrictModel
+from orchestrator.contracts.strict import StrictModel
 
 
 class RolloutConfig(StrictModel):

@@ -16,14 +16,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
-import os
 import random
 
-from orchestrator.rollout.groups import GroupRequest, GroupResult, Sample
+from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.rollout.launcher import EngineLauncher
-from orchestrator.tokenizer.bundle import TokenizerBundle
-from orchestrator.tokenizer.fingerprint import TokenizerFingerprint
-from workers.rollout.simulated_engine import SimulatedEngine, TokenTiming, completion_lengths
+from orchestrator.contracts.tokenizer import TokenizerBundle
+from orchestrator.contracts.fingerprint import TokenizerFingerprint
+from orchestrator.bench.simulated_engine import SimulatedEngine, TokenTiming, completion_lengths
 
 CONTENT_TOKENS = 1 << 16  # synthetic token stream that completions are cut from
 
@@ -161,9 +160,6 @@ class SimulatedEngines:
     def policy_version(self, engine_id: int) -> int:
         return 0
 
-    def pid(self, engine_id: int) -> int:
-        return os.getpid()
-
     def lateness(self) -> list[float]:
         """Seconds between each group's modelled finish and its result being handed to Ray: how far
         this host fell behind its own clock (a busy machine), not something the driver caused."""
@@ -176,7 +172,7 @@ def _fingerprint_of(bundle: TokenizerBundle) -> TokenizerFingerprint:
 
     from transformers import AutoTokenizer
 
-    from orchestrator.tokenizer.fingerprint import fingerprint
+    from orchestrator.contracts.fingerprint import fingerprint
 
     with tempfile.TemporaryDirectory(prefix="simulated-tokenizer-") as folder:
         return fingerprint(AutoTokenizer.from_pretrained(bundle.write_to(Path(folder))))
@@ -201,7 +197,6 @@ class SimulatedEngineHandle:
         self.generate = _Routed(host.generate, engine_id)
         self.shutdown = _Routed(host.shutdown, engine_id)
         self.policy_version = _Routed(host.policy_version, engine_id)
-        self.pid = _Routed(host.pid, engine_id)
 
 
 class SimulatedLauncher(EngineLauncher):

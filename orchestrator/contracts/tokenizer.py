@@ -1,4 +1,4 @@
-"""Ship a tokenizer to another node as bytes, with no shared filesystem.
+"""Load a tokenizer as saved, and ship it to another node as bytes, with no shared filesystem.
 
 The driver loads the canonical tokenizer, saves it to a scratch folder and reads the files into a
 `TokenizerBundle` (a few hundred KB for real tokenizers). Ray carries the bundle to each rollout
@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 from pathlib import Path
+
+from orchestrator.contracts.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,3 +35,13 @@ def bundle_tokenizer(tokenizer) -> TokenizerBundle:
         tokenizer.save_pretrained(scratch)
         files = {path.name: path.read_bytes() for path in sorted(Path(scratch).iterdir()) if path.is_file()}
     return TokenizerBundle(files=files)
+
+
+def load_tokenizer(name: str):
+    """The tokenizer at a path or hub name, exactly as saved; a failure is a one-line user error."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot load a tokenizer from {name}: {str(error).splitlines()[0]}") from None

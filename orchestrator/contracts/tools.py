@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from orchestrator.config.base import StrictModel
+from orchestrator.contracts.strict import StrictModel
 
 
 class ToolConfig(StrictModel):

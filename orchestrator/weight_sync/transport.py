@@ -1,11 +1,12 @@
 """How weights get from the learner into every engine: one interface, one implementation per device.
 
-`ObjectStoreTransport` (CPU, and any cluster): the learner puts its weights, in buckets, in Ray's
+The driver coordinates a sync; the bytes move between actors. `launch.py` picks the implementation.
+`ObjectStoreTransport` (object_store.py; CPU, and any cluster): the learner puts its weights, in buckets, in Ray's
 object store; each engine actor pulls them (node to node, no shared filesystem; read in place on its
 node), lays them out in shared memory for its vLLM workers, pauses, loads them in place, resumes,
 and reports the checksum of what its workers loaded, which is verified against the learner's
 checksum of what it put in the store (computed while the engines load).
-`NcclTransport` (GPU): the same engine-side pause/load/resume, with the bytes moving over NCCL
+`NcclTransport` (nccl.py; GPU): the same engine-side pause/load/resume, with the bytes moving over NCCL
 through vLLM's native weight-transfer engine; there only the policy version is verified. Both
 enforce one deadline per sync. An engine that dies during a sync is reported in
 `SyncReport.dead` (the pool replaces it) rather than failing the run.
@@ -17,7 +18,7 @@ import abc
 import dataclasses
 import time
 
-from orchestrator.errors import RunError
+from orchestrator.contracts.errors import RunError
 
 
 class WeightSyncError(RunError):
@@ -46,7 +47,7 @@ class WeightTransport(abc.ABC):
         """(results, dead engines) of one remote call per engine (key -1: the learner), by the deadline."""
         import ray
 
-        from orchestrator.rollout.pool import is_engine_death
+        from orchestrator.contracts.engine_death import is_engine_death
 
         waiting = {ref: key for key, ref in refs.items()}
         ready, late = ray.wait(list(waiting), num_returns=len(waiting), timeout=max(0.0, deadline - time.monotonic()))
@@ -71,25 +72,3 @@ class WeightTransport(abc.ABC):
             raise WeightSyncError(
                 f"weight provenance check failed: the learner sent version {version} checksum {expected}, but {detail}"
             )
-
-
-class ObjectStoreTransport(WeightTransport):
-    def sync(self, learner, engines: dict[int, object], version: int) -> SyncReport:
-        start = time.monotonic()
-        deadline = start + self.timeout_s
-        published, _ = self._await({-1: learner.publish_weights.remote(self.bucket_bytes)}, "publishing weights", deadline)
-        bucket_refs, nbytes = published[-1]
-        calls = {engine_id: actor.load_weights.remote(bucket_refs, version) for engine_id, actor in engines.items()}
-        calls[-1] = learner.published_checksum.remote(bucket_refs)  # hashed on the learner while the engines load
-        reports, dead = self._await(calls, f"weight sync to version {version}", deadline)
-        digest = reports.pop(-1)
-        self._verify(digest, version, reports)
-        return SyncReport(version, digest, nbytes, time.monotonic() - start, dead)
-
-
-def make_transport(device: str, timeout_s: float, bucket_bytes: int, tensor_parallel_size: int = 1) -> WeightTransport:
-    if device == "cpu":
-        return ObjectStoreTransport(timeout_s, bucket_bytes)
-    from workers.weights.nccl import NcclTransport
-
-    return NcclTransport(timeout_s, bucket_bytes, tensor_parallel_size)

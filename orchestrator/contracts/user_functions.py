@@ -12,7 +12,7 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.errors import UserError
+from orchestrator.contracts.errors import UserError
 
 
 def resolve(spec: str, key: str, builtins: dict[str, str]) -> Callable:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from orchestrator.config.base import StrictModel
+from orchestrator.contracts.strict import StrictModel
 
 
 class SamplingConfig(StrictModel):

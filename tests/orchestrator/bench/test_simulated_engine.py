@@ -2,7 +2,7 @@
 
 import pytest
 
-from workers.rollout.simulated_engine import SimulatedEngine, TokenTiming, completion_lengths
+from orchestrator.bench.simulated_engine import SimulatedEngine, TokenTiming, completion_lengths
 
 
 def _timing(**overrides):

@@ -2,7 +2,7 @@
 
 It lets the driver side (dispatch, batch assembly, rewards) be measured at hundreds of engines on
 a laptop: the engine does no arithmetic, it only knows when each sample would finish. A plain class
-with no Ray in it; `simulated_actor.py` drives many of them on the wall clock behind the real
+with no Ray in it; `simulated_engines.py` drives many of them on the wall clock behind the real
 actor interface, and `orchestrator/bench/simulation.py` replays the same workload in virtual time
 to compute the rate the engines alone would reach.
 
@@ -22,7 +22,7 @@ import random
 
 from pydantic import Field
 
-from orchestrator.config.base import StrictModel
+from orchestrator.contracts.strict import StrictModel
 
 
 class TokenTiming(StrictModel):

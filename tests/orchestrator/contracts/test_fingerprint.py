@@ -1,7 +1,7 @@
 from pathlib import Path
 
-from orchestrator.tokenizer.bundle import bundle_tokenizer
-from orchestrator.tokenizer.fingerprint import differences, fingerprint
+from orchestrator.contracts.tokenizer import bundle_tokenizer
+from orchestrator.contracts.fingerprint import differences, fingerprint
 
 
 def test_same_tokenizer_has_no_differences(learner_tokenizer):

@@ -1,0 +1,24 @@
+"""Which failures mean "this engine is dead, replace it" rather than "this run is broken".
+
+The pool replaces an engine whose call failed this way and sends its groups elsewhere; a weight
+sync reports such an engine as dead instead of failing the run. Any other failure propagates.
+"""
+
+from __future__ import annotations
+
+ENGINE_DEATHS = {"EngineDeadError", "EngineGenerateError", "TimeoutError"}  # causes that mean "replace it"
+
+
+def is_engine_death(error: BaseException) -> bool:
+    import ray
+
+    if isinstance(error, ray.exceptions.RayActorError):
+        return True
+    cause = getattr(error, "cause", None)
+    return type(cause).__name__ in ENGINE_DEATHS or type(error).__name__ in ENGINE_DEATHS
+
+
+def reason(error: BaseException) -> str:
+    """One line: the underlying error's type and the first line of its message."""
+    cause = getattr(error, "cause", None) or error
+    return f"{type(cause).__name__}: {str(cause).splitlines()[0][:200] if str(cause) else ''}"

@@ -1,0 +1,57 @@
+"""What a group is on the wire: the request the driver sends an engine and the result it gets back.
+
+Identity is never the prompt text: a group is named by `group_id` (its prompt's position in the
+stream) and a sample by `(group_id, sample_index)`. The driver builds requests and assembles
+results (orchestrator/rollout/groups.py); the engines (workers/rollout/) fill them in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.contracts.tools import ToolUse
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupRequest:
+    group_id: int
+    prompt_index: int  # position in the input file (equal to group_id unless the stream is offset)
+    prompt: str
+    prompt_ids: list[int]
+    num_generations: int
+    sampling: SamplingConfig
+    tools: ToolUse | None = None  # multi-turn: run tool calls and continue (workers/rollout/multi_turn.py)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+    name: str
+    call: str  # the text between the tool's begin and end tags
+    result: str  # what the model saw between the result tags (after truncation), error text included
+    status: str  # "ok", "error" (the tool raised or returned a non-string) or "timeout"
+    latency_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    sample_index: int
+    completion: str
+    completion_ids: list[int]
+    logprobs: list[float | None]  # of each sampled token, under the distribution actually sampled
+    finish_reason: str  # "stop" (EOS or a configured stop) or "length"
+    stop_reason: str | None  # the stop string, or the stop token id as text; None for EOS/length
+    stop_token_id: int | None  # the stop token id when one ended the sample
+    # Multi-turn samples: completion_ids interleave model and observation tokens; observation_mask
+    # marks the observation tokens (never trained on), whose logprobs are None.
+    observation_mask: list[int] | None = None  # None: every token is the model's
+    turns: int = 1
+    tool_calls: list[ToolCall] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupResult:
+    group_id: int
+    engine_id: int
+    policy_version: int
+    samples: list[Sample]

@@ -1,0 +1,48 @@
+"""What the learner is told: TRL GRPOConfig's names and TRL's defaults, plus the learner section.
+
+`TrainConfig` (orchestrator/config/train.py) extends `GRPOSettings` with everything only the
+driver reads; the learner actor receives the run config and reads the fields declared here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from orchestrator.contracts.strict import StrictModel
+
+
+class LearnerConfig(StrictModel):
+    num_cpus: float = Field(1.0, ge=0.0, description="Ray CPUs reserved for the learner actor.")
+    num_gpus: int = Field(0, ge=0, description="GPUs for the learner (0 on CPU; >1 goes through accelerate).")
+    bf16: bool = Field(False, description="bf16 training (GPU only).")
+
+
+class GRPOSettings(StrictModel):
+    added_tokens: list[str] = Field(
+        default_factory=list, description="Special tokens added to the tokenizer (embeddings resized) before anything else."
+    )
+    prompts_per_step: int = Field(4, ge=1, description="Groups per step; samples per step = this x num_generations.")
+    # GRPO (TRL GRPOConfig names)
+    num_generations: int = Field(8, ge=2, description="Samples per prompt (the group size).")
+    max_completion_length: int = Field(
+        512, ge=1, description="Completion budget in tokens; with tools, model and observation tokens together."
+    )
+    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature (the learner divides logits by it too).")
+    learning_rate: float = Field(1e-6, gt=0.0, description="AdamW learning rate.")
+    beta: float = Field(0.0, ge=0.0, description="KL coefficient against the reference model (0: no reference model).")
+    epsilon: float = Field(0.2, gt=0.0, description="Clipping range of the importance ratio.")
+    epsilon_high: float | None = Field(None, gt=0.0, description="Upper clipping range (default: epsilon).")
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"] = Field("dapo", description="TRL loss type.")
+    scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Advantage scaling: std of group/batch/none.")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field("constant", description="Learning-rate schedule.")
+    seed: int = Field(42, description="Seeds the prompt stream, sampling and the learner.")
+    max_steps: int = Field(20, ge=1, description="Optimizer steps (one per generation round).")
+    learner: LearnerConfig = Field(default_factory=LearnerConfig, description="The learner actor.")
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.prompts_per_step * self.num_generations

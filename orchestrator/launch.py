@@ -1,0 +1,119 @@
+"""Start what a command runs on: Ray, placement and the device once, then the actor groups.
+
+    cluster = connect(num_cpus)           # Ray (local or RAY_ADDRESS), node placement, cpu or cuda
+    pool = start_pool(cluster, ...)       # an EngineGroup of vLLM engines behind a RolloutPool
+    parts = start_training(config, ...)   # the learner group, the pool on its weights, the transport
+
+`generate`, `train`, `bench` and `simulate` all come through here, so Ray is initialised in one
+place, with one rule for how many CPUs a local cluster advertises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+
+from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.rollout.engine_group import EngineGroup
+from orchestrator.rollout.launcher import EngineLauncher
+from orchestrator.rollout.pool import RolloutPool
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    placement: object  # orchestrator.placement.placement.Placement
+    device: str  # "cuda" if the cluster has GPUs, else "cpu"
+
+
+def connect(num_cpus: float) -> Cluster:
+    """Join or start Ray (a local cluster advertises at least `num_cpus`), and read where actors go."""
+    from orchestrator.placement.placement import detect
+    from orchestrator.ray_runtime import cluster_has_gpus, init_ray
+
+    init_ray(num_cpus=num_cpus)
+    return Cluster(placement=detect(), device="cuda" if cluster_has_gpus() else "cpu")
+
+
+def rollout_cpus(config: RolloutConfig) -> float:
+    return config.engines * config.num_cpus_per_engine
+
+
+def start_pool(
+    cluster: Cluster,
+    model: str | None,
+    tokenizer,
+    config: RolloutConfig,
+    seed: int = 0,
+    engine_tokenizer=None,
+    launcher: EngineLauncher | None = None,
+    sized_for: tuple[dict, int, int] | None = None,
+    on_engine_ready=None,
+) -> RolloutPool:
+    """A started pool. `sized_for` = (model config.json, samples in flight, tokens per sample) sizes
+    each CPU engine's KV cache; `on_engine_ready(engine_id, actor)` runs before an engine serves."""
+    engines = EngineGroup(cluster, model, tokenizer, config, seed=seed, engine_tokenizer=engine_tokenizer, launcher=launcher)
+    if sized_for is not None and cluster.device == "cpu":
+        engines.size_for(*sized_for)
+    engines.on_engine_ready = on_engine_ready
+    return RolloutPool(engines).start()
+
+
+@dataclasses.dataclass
+class Components:
+    """What a training run drives; built by `start_training`, replaced by stand-ins in tests."""
+
+    learner: object  # orchestrator.training.learner_group.LearnerGroup
+    pool: RolloutPool
+    transport: object  # orchestrator.weight_sync.transport.WeightTransport
+    tokenizer: object  # the canonical tokenizer, loaded on the driver
+
+    def shutdown(self) -> None:
+        self.pool.shutdown()
+        self.learner.shutdown()
+
+
+def start_training(
+    config,
+    model: str,
+    tokenizer: str,
+    resume_from: str | None = None,
+    policy_version: int = 0,
+    max_prompt_tokens: int | None = None,
+) -> Components:
+    """Start the learner, take the canonical tokenizer and model config from it, and start the pool
+    on them: engines start with placeholder weights and serve only after the learner's weights
+    (`policy_version`) are loaded into them, so no node but the learner's needs the model files."""
+    from transformers import AutoTokenizer
+
+    from orchestrator.training.learner_group import LearnerGroup
+
+    rollout = config.rollout
+    cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus + 1)  # +1: reward tasks
+    learner = LearnerGroup.start(cluster, config, model, tokenizer, resume_from, rollout.startup_timeout_s)
+    bundle = learner.canonical_tokenizer()
+    with tempfile.TemporaryDirectory(prefix="canonical-tokenizer-") as folder:
+        canonical = AutoTokenizer.from_pretrained(bundle.write_to(Path(folder)))
+    transport = make_transport(cluster.device, config)
+    longest_prompt = max_prompt_tokens or config.max_prompt_length or 0
+    sized_for = (json.loads(bundle.files["config.json"]), config.samples_per_step, longest_prompt + config.max_completion_length)
+    if cluster.device == "cpu":  # each engine loads the weights as it is admitted
+        load = lambda engine_id, actor: transport.sync(learner.lead, {engine_id: actor}, policy_version)  # noqa: E731
+        pool = start_pool(cluster, None, canonical, rollout, config.seed, bundle, sized_for=sized_for, on_engine_ready=load)
+    else:  # one NCCL group for every engine: admit them all, then sync them together before any request
+        pool = start_pool(cluster, None, canonical, rollout, config.seed, bundle, sized_for=sized_for)
+        transport.sync(learner.lead, dict(pool.engines.actors), policy_version)
+    return Components(learner=learner, pool=pool, transport=transport, tokenizer=canonical)
+
+
+def make_transport(device: str, config):
+    """The object store on CPU; vLLM's NCCL weight transfer on GPU (see orchestrator/weight_sync/)."""
+    timeout_s, bucket_bytes = config.weight_sync.timeout_s, config.weight_sync.bucket_mb << 20
+    if device == "cpu":
+        from orchestrator.weight_sync.object_store import ObjectStoreTransport
+
+        return ObjectStoreTransport(timeout_s, bucket_bytes)
+    from orchestrator.weight_sync.nccl import NcclTransport
+
+    return NcclTransport(timeout_s, bucket_bytes, config.rollout.tensor_parallel_size)

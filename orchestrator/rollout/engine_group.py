@@ -1,0 +1,268 @@
+"""`EngineGroup`: the rollout engines' lifecycle. Start, admit, replace, resize, drain, stop.
+
+Every engine is a Ray actor (or a simulated stand-in) started by a launcher (launcher.py) in its
+own placement group. An engine is *admitted*, and only then serves, once the fingerprint of the
+tokenizer its vLLM loaded equals the canonical one and `on_engine_ready` (the training loop: load
+the current weights) has run. A dead engine is dropped and replaced in the background, up to
+`rollout.max_restarts`; resizing adds engines or drains the newest ones, which finish their groups
+first. What runs on the engines is the pool's business (pool.py); this file only keeps the set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import time
+from collections.abc import Callable
+
+from orchestrator.contracts.engine_death import reason
+from orchestrator.contracts.errors import RunError, UserError
+from orchestrator.contracts.fingerprint import differences, fingerprint
+from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
+from orchestrator.placement.labels import ROLE_LABEL, ROLLOUT_ROLE
+from orchestrator.rollout.launcher import ActorLauncher, EngineLauncher
+
+
+class TokenizerMismatchError(UserError):
+    """An engine loaded a tokenizer that is not the canonical one."""
+
+
+class EngineFailedError(RunError):
+    """Engines failed to start, or none is left to generate."""
+
+
+@dataclasses.dataclass
+class _Starting:
+    actor: object
+    ready: object  # ObjectRef of RolloutWorker.start()
+    deadline: float
+
+
+class EngineGroup:
+    def __init__(
+        self,
+        cluster,
+        model: str | None,
+        tokenizer,
+        config: RolloutConfig,
+        seed: int = 0,
+        engine_tokenizer: TokenizerBundle | None = None,
+        launcher: EngineLauncher | None = None,
+    ):
+        """`cluster` is where engines go (orchestrator.launch.Cluster: placement and device).
+        `tokenizer` is the canonical tokenizer object; `model` a path or name, or None when the
+        engines take their weights from a learner (`engine_tokenizer` then carries config.json too,
+        and `on_engine_ready` must load the weights). `engine_tokenizer` overrides what is shipped
+        to the engines (default: the canonical tokenizer), which is how a mismatch is shown.
+        `launcher` starts the engines (default: one vLLM `RolloutWorker` actor each)."""
+        self.cluster = cluster
+        self.model = model
+        self.launcher = launcher or ActorLauncher()
+        self.config = config
+        self.seed = seed
+        self.expected = fingerprint(tokenizer)
+        self.bundle = engine_tokenizer or bundle_tokenizer(tokenizer)
+        self.actors: dict[int, object] = {}  # serving engines only
+        self.starting: dict[int, _Starting] = {}
+        self.restarts = 0
+        self.on_engine_ready: Callable[[int, object], None] | None = None  # set by training: sync weights
+        self._next_id = 0
+        self._bundle_ref = None
+        self._groups: dict[int, object] = {}  # engine id -> its placement group (None locally)
+        self.draining: set[int] = set()  # engines that take no new groups and stop once idle
+
+    def size_for(self, model_config: dict, samples_in_flight: int, tokens_per_sample: int) -> None:
+        """On CPU, size each engine's KV cache for the work (unless the user set it) and cap the
+        samples an engine holds to what was sized; see kv_cache.py for why this matters."""
+        from orchestrator.rollout.kv_cache import cpu_kv_cache_bytes
+
+        if self.config.kv_cache_memory_bytes is not None:
+            return
+        inflight = min(self.config.max_inflight_samples, samples_in_flight)
+        self.config = self.config.model_copy(
+            update={
+                "max_inflight_samples": inflight,
+                "kv_cache_memory_bytes": cpu_kv_cache_bytes(model_config, inflight, tokens_per_sample),
+            }
+        )
+
+    def start(self) -> EngineGroup:
+        """Start every engine and admit them all (each checked, then `on_engine_ready`) or fail."""
+        import ray
+
+        self._bundle_ref = ray.put(self.bundle)
+        try:
+            for _ in range(self.config.engines):
+                self.add_engine()
+            self.admit_ready(block=True, strict=True)
+        except BaseException:
+            self.shutdown()
+            raise
+        _freeze_startup_objects()
+        return self
+
+    def add_engine(self) -> int:
+        """Start one more engine in the background; it serves once ready and synced."""
+        engine_id, self._next_id = self._next_id, self._next_id + 1
+        gpus = self.config.tensor_parallel_size if self.cluster.device == "cuda" else 0
+        # Never block here (a replacement must not stall generation): an engine that finds no node
+        # misses its start deadline and the pool goes on without it.
+        options, self._groups[engine_id] = self.cluster.placement.actor_options(ROLLOUT_ROLE, self.config.num_cpus_per_engine, gpus, None)
+        actor = self.launcher.launch(
+            engine_id, self.model, self._bundle_ref, self.config, self.cluster.device, self.seed + engine_id, options
+        )
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        self.starting[engine_id] = _Starting(actor, actor.start.remote(), deadline)
+        return engine_id
+
+    def admit_ready(self, block: bool, strict: bool = False) -> list[int]:
+        """Admit engines that finished starting. `block` waits until one is admitted (with `strict`,
+        the first start: until all are) or none is left starting; `strict` turns any start failure
+        into an error instead of running degraded."""
+        import ray
+
+        admitted = []
+        while self.starting:
+            refs = {entry.ready: engine_id for engine_id, entry in self.starting.items()}
+            timeout = max(0.0, min(e.deadline for e in self.starting.values()) - time.monotonic()) if block else 0
+            done, _ = ray.wait(list(refs), num_returns=1 if block else len(refs), timeout=timeout)
+            for ref in done:
+                engine_id = refs[ref]
+                if self._admit(engine_id, self.starting.pop(engine_id), strict):
+                    admitted.append(engine_id)
+            for engine_id, entry in list(self.starting.items()):
+                if time.monotonic() > entry.deadline:
+                    del self.starting[engine_id]
+                    self.kill(engine_id, entry.actor)
+                    self._fail_or_warn(
+                        strict,
+                        f"engine {engine_id} did not start within rollout.startup_timeout_s={self.config.startup_timeout_s}s "
+                        f"(placement: {self.cluster.placement.mode}; is a node with {ROLE_LABEL}={ROLLOUT_ROLE} and free resources up?)",
+                    )
+            if not block or (admitted and not strict):
+                break
+        return admitted
+
+    def _admit(self, engine_id: int, entry: _Starting, strict: bool) -> bool:
+        import ray
+
+        try:
+            reported = ray.get(entry.ready)
+        except ray.exceptions.RayError as error:
+            self.kill(engine_id, entry.actor)
+            self._fail_or_warn(strict, f"engine {engine_id} failed to start: {error}")
+            return False
+        problems = differences(self.expected, reported)
+        if problems:
+            self.kill(engine_id, entry.actor)
+            raise TokenizerMismatchError(
+                "rollout engines loaded a tokenizer that differs from the canonical one; refusing to generate:\n  "
+                + "\n  ".join(f"engine {engine_id}: {line}" for line in problems)
+            )
+        if self.on_engine_ready is not None:
+            try:
+                self.on_engine_ready(engine_id, entry.actor)  # current weights before the first request
+            except Exception as error:
+                self.kill(engine_id, entry.actor)
+                self._fail_or_warn(strict, f"engine {engine_id} could not load the current weights: {reason(error)}")
+                return False
+        self.actors[engine_id] = entry.actor
+        return True
+
+    def _fail_or_warn(self, strict: bool, message: str) -> None:
+        if strict:
+            raise EngineFailedError(message)
+        print(f"warning: {message}; continuing with {len(self.actors)} engine(s)", flush=True)
+
+    def engine_died(self, engine_id: int, error: BaseException) -> None:
+        """Drop a dead engine and start its replacement (which serves once ready and synced)."""
+        actor = self.actors.pop(engine_id, None)
+        if actor is None:
+            return  # already handled for another of its groups
+        self.kill(engine_id, actor)
+        if engine_id in self.draining:  # it was leaving anyway
+            self.draining.discard(engine_id)
+            return
+        if self.restarts >= self.config.max_restarts:
+            print(f"warning: engine {engine_id} died ({reason(error)}); rollout.max_restarts reached, not replacing it", flush=True)
+            return
+        self.restarts += 1
+        replacement = self.add_engine()
+        print(
+            f"warning: engine {engine_id} died ({reason(error)}); its groups go to the {len(self.actors)} live engine(s), "
+            f"replacement engine {replacement} is starting",
+            flush=True,
+        )
+
+    def resize(self, engines: int) -> None:
+        """Grow or shrink to `engines`. New engines start in the background and serve once ready and
+        synced; when shrinking, engines still starting are cancelled first, then the newest serving
+        engines stop taking groups, finish the groups they hold, and stop."""
+        if engines < 1:
+            raise UserError(f"a pool needs at least 1 engine, asked for {engines}")
+        self.draining &= set(self.actors)
+        serving = sorted(set(self.actors) - self.draining)
+        for _ in range(engines - len(serving) - len(self.starting)):
+            self.add_engine()
+        while self.starting and len(serving) + len(self.starting) > engines:
+            engine_id = max(self.starting)
+            self.kill(engine_id, self.starting.pop(engine_id).actor)
+        surplus = serving[engines:] if len(serving) > engines else []
+        self.draining.update(surplus)
+        if surplus:
+            print(f"draining engine(s) {surplus}: they finish their groups, then stop", flush=True)
+
+    def stop_drained(self, busy: set[int]) -> None:
+        for engine_id in sorted(self.draining - busy):
+            if engine_id in self.actors:
+                self.remove_engine(engine_id)
+            self.draining.discard(engine_id)
+
+    def remove_engine(self, engine_id: int) -> None:
+        """Stop an engine now (`resize` is the graceful way: it drains first)."""
+        import ray
+
+        actor = self.actors.pop(engine_id)
+        try:
+            ray.get(actor.shutdown.remote(), timeout=30)
+        except ray.exceptions.RayError:
+            pass
+        self.kill(engine_id, actor)
+
+    def kill(self, engine_id: int, actor) -> None:
+        import ray
+
+        try:
+            self.launcher.kill(actor)
+        except Exception:  # already gone
+            pass
+        group = self._groups.pop(engine_id, None)
+        if group is not None:
+            ray.util.remove_placement_group(group)
+
+    def shutdown(self) -> None:
+        import ray
+
+        everyone = {**self.actors, **{engine_id: entry.actor for engine_id, entry in self.starting.items()}}
+        for engine_id, actor in everyone.items():
+            try:
+                ray.get(actor.shutdown.remote(), timeout=30)
+            except ray.exceptions.RayError:
+                pass
+            self.kill(engine_id, actor)
+        self.actors.clear()
+        self.starting.clear()
+        gc.unfreeze()  # see _freeze_startup_objects; interpreter exit then cleans up as usual
+
+
+def _freeze_startup_objects() -> None:
+    """Keep Python's cycle collector off everything the driver holds at start-up.
+
+    By now the driver has imported Ray, transformers and usually torch: millions of objects that
+    live as long as the process. Every full collection walks all of them, about a second on a small
+    CPU with the GIL held, while results are waiting; and results (each a few dozen containers)
+    trigger such collections as they pile up. Frozen objects are skipped by the collector (they
+    are still freed by reference counting); collecting first keeps existing garbage out of it."""
+    gc.collect()
+    gc.freeze()

@@ -1,1 +1,0 @@
-"""The canonical tokenizer: loaded once on the driver, shipped to every engine, proven equal."""

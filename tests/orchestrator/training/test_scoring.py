@@ -1,0 +1,40 @@
+"""A step's reward tasks: reward functions get the prompt file's other columns by name, as with TRL
+(e.g. an answer); groups scored in separate tasks come back in request order."""
+
+import json
+
+from orchestrator.config.train import TrainConfig
+from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
+from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.training.preflight import preflight
+from orchestrator.training.scoring import StepScorer, merge_scores
+
+
+def _group(group_id: int, prompt_index: int, prompt: str, completions: list[str]):
+    request = GroupRequest(group_id, prompt_index, prompt, [1], len(completions), SamplingConfig())
+    samples = [Sample(i, text, [1], [0.0], "stop", None, None) for i, text in enumerate(completions)]
+    return request, GroupResult(group_id, 0, 0, samples)
+
+
+def test_dataset_columns_reach_the_reward_function(tmp_path, ray_session):
+    prompts = tmp_path / "math.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Q: {a}+{a} ? A:", "answer": str(2 * a), "group_id": "x"}) + "\n" for a in (1, 2)))
+    reward = tmp_path / "exact.py"
+    reward.write_text("def exact(prompts, completions, answer, **kw):\n    return [float(c.strip() == a) for c, a in zip(completions, answer)]\n")
+    config = TrainConfig(prompts=str(prompts), reward_funcs=[f"{reward}:exact"], max_completion_length=8, num_generations=2)
+    checked = preflight(config)
+    assert checked.columns == [{"answer": "2", "group_id": "x"}, {"answer": "4", "group_id": "x"}]
+
+    scorer = StepScorer(config.reward_funcs, None, None, checked.columns)
+    groups = [_group(0, 1, checked.prompts[1], [" 4", " 5"]), _group(1, 0, checked.prompts[0], [" 2", " 2"])]
+    scoring = scorer.begin([request for request, _ in groups])
+    for _, result in reversed(groups):  # results come back in any order
+        scoring.add(result)
+    scores = scoring.close().scores()
+    assert scores["reward"] == [1.0, 0.0, 1.0, 1.0]  # request order; the column named group_id does not shadow ours
+
+
+def test_groups_scored_separately_merge_in_request_order():
+    first = {"reward": [1.0, 0.0], "rewards/a": [1.0, 0.0], "reward_errors": 1}
+    second = {"reward": [0.5, 0.5], "rewards/a": [0.5, 0.5], "reward_errors": 0}
+    assert merge_scores([first, second]) == {"reward": [1.0, 0.0, 0.5, 0.5], "rewards/a": [1.0, 0.0, 0.5, 0.5], "reward_errors": 1}

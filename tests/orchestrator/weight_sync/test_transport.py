@@ -1,0 +1,76 @@
+"""Weight sync from a real learner actor into the real engines of the session pool."""
+
+import dataclasses
+
+import pytest
+
+pytestmark = pytest.mark.engines
+
+
+@pytest.fixture(scope="module")
+def learner(tiny, ray_session):
+    import ray
+
+    from orchestrator.config.train import TrainConfig
+    from workers.learner.actor import Learner
+
+    config = TrainConfig(num_generations=2, prompts_per_step=1, max_steps=1)
+    actor = ray.remote(Learner).options(num_cpus=0).remote(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    yield actor
+    ray.kill(actor)
+
+
+def test_every_engine_reports_the_version_and_checksum_sent(pool, learner):
+    import ray
+
+    from orchestrator.weight_sync.object_store import ObjectStoreTransport
+
+    report = ObjectStoreTransport(timeout_s=120, bucket_bytes=64 << 10).sync(learner, pool.engines.actors, version=1)
+    assert report.version == 1 and report.bytes > 100_000 and len(report.checksum) == 16
+    assert [ray.get(actor.policy_version.remote()) for actor in pool.engines.actors.values()] == [1] * len(pool.engines.actors)
+
+
+class _Remote:
+    def __init__(self, fn):
+        self.remote = fn
+
+
+class _CorruptingLink:
+    """The learner's handle as the transport sees it, except that one byte of what it publishes
+    flips on the way to the engines, as a broken transfer would. The learner's checksum is still of
+    the bytes it meant to send."""
+
+    def __init__(self, learner):
+        import ray
+
+        def publish(bucket_bytes):
+            refs, nbytes = ray.get(learner.publish_weights.remote(bucket_bytes))
+            buckets = ray.get(refs)
+            chunk = bytearray(buckets[0].chunks[0])
+            chunk[len(chunk) // 2] ^= 0xFF
+            buckets[0] = dataclasses.replace(buckets[0], chunks=(chunk, *buckets[0].chunks[1:]))
+            self._sent = refs
+            return ray.put(([ray.put(bucket) for bucket in buckets], nbytes))
+
+        self.publish_weights = _Remote(publish)
+        self.published_checksum = _Remote(lambda received: learner.published_checksum.remote(self._sent))
+
+
+def test_a_corrupted_transfer_stops_with_the_provenance_error(pool, learner):
+    from orchestrator.weight_sync.object_store import ObjectStoreTransport
+    from orchestrator.weight_sync.transport import WeightSyncError
+
+    transport = ObjectStoreTransport(timeout_s=120, bucket_bytes=64 << 10)
+    engines = pool.engines.actors
+    with pytest.raises(WeightSyncError, match=r"weight provenance check failed: the learner sent version 2 checksum \w+, but engine \d+ reports version 2 checksum \w+"):
+        transport.sync(_CorruptingLink(learner), engines, version=2)
+    transport.sync(learner, engines, version=3)  # a clean sync heals it
+
+
+def test_a_sync_past_its_deadline_fails_clearly(pool, learner):
+    from orchestrator.weight_sync.object_store import ObjectStoreTransport
+    from orchestrator.weight_sync.transport import WeightSyncError
+
+    with pytest.raises(WeightSyncError, match=r"did not finish within weight_sync.timeout_s=0.001s"):
+        ObjectStoreTransport(timeout_s=0.001, bucket_bytes=64 << 10).sync(learner, pool.engines.actors, version=4)
+    ObjectStoreTransport(timeout_s=120, bucket_bytes=64 << 10).sync(learner, pool.engines.actors, version=5)
