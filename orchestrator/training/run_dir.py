@@ -102,7 +102,10 @@ class RunDir:
         """Drop what a run recorded after the checkpoint it resumes from (those steps run again),
         and what a killed driver left half-written."""
         if self.metrics.is_file():
-            self.metrics.write_text("".join(line + "\n" for line in self._metric_lines() if json.loads(line)["step"] <= step))
+            kept = "".join(line + "\n" for line in self._metric_lines() if json.loads(line)["step"] <= step)
+            partial = self.metrics.with_name(self.metrics.name + ".partial")  # a kill now must not lose the file
+            partial.write_text(kept)
+            partial.replace(self.metrics)
         for path in self.rollouts.glob("step-*.parquet"):
             if int(path.stem.removeprefix("step-")) > step:
                 path.unlink()
