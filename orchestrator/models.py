@@ -85,12 +85,12 @@ def model_folder_problem(folder: Path) -> str | None:
 
 
 def _safetensors_problem(file: Path) -> str | None:
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    try:
+    try:  # parses the header and checks its byte ranges against the file's size; reads no tensor
         with safe_open(str(file), framework="numpy"):
             return None
-    except Exception as error:  # safetensors raises its own error type for every malformed header
+    except (SafetensorError, OSError) as error:
         return f"{file.name} is not a complete safetensors file ({error}); re-copy or re-save the model"
 
 
