@@ -1,15 +1,19 @@
-"""Resolve what the user named as model and tokenizer, and check prompts and token ids against them."""
+"""Resolve what the user named as model and tokenizer, check local model folders from their file
+headers (no weights loaded), and check prompts and token ids against them."""
 
 from __future__ import annotations
 
+import json
+import zipfile
 from pathlib import Path
 
 from orchestrator.contracts.errors import UserError
 
 
-def resolve_model(model: str | None, tokenizer: str | None) -> tuple[str, str]:
+def resolve_model(model: str | None, tokenizer: str | None, keys: tuple[str, str] = ("model", "tokenizer")) -> tuple[str, str]:
     """(model, tokenizer) as paths or hub names. None (or 'builtin:search') is the built-in tiny
-    model of the search task, 'builtin:lookup' the one of the lookup-tool task."""
+    model of the search task, 'builtin:lookup' the one of the lookup-tool task. `keys` are the names
+    the user gave them (config keys or command-line flags), for the errors."""
     if model is None or model.startswith("builtin:"):
         from orchestrator.builtin.tiny_model import TASKS, TinyModelSpec, tiny_model
 
@@ -19,10 +23,75 @@ def resolve_model(model: str | None, tokenizer: str | None) -> tuple[str, str]:
         built = tiny_model(TinyModelSpec(task=task))
         return str(built.model_dir), tokenizer or str(built.tokenizer_dir)
     model, tokenizer = _expand(model), _expand(tokenizer)
-    for name, value in (("model", model), ("tokenizer", tokenizer)):
+    for name, value in zip(keys, (model, tokenizer)):
         if value and value.startswith((".", "/")) and not Path(value).exists():
             raise UserError(f"{name} path {value} does not exist (expected a model folder or a hub name)")
+        if value and Path(value).is_file():
+            raise UserError(f"{name} path {value} is a file (expected a model folder or a hub name)")
+    if Path(model).is_dir():
+        check_model_folder(Path(model), keys[0])
     return model, tokenizer or model
+
+
+def check_model_folder(folder: Path, key: str) -> None:
+    """Fail in seconds, not in the learner after Ray started, if `folder` lacks a usable
+    config.json or complete weights."""
+    problem = model_folder_problem(folder)
+    if problem:
+        raise UserError(f"{key} {folder}: {problem}")
+
+
+def model_folder_problem(folder: Path) -> str | None:
+    """What makes `folder` unloadable as a transformers model, or None. Reads file headers only:
+    a safetensors header lists every tensor's byte range, so a truncated file is caught without
+    reading the weights."""
+    config = folder / "config.json"
+    if not config.is_file():
+        return "no config.json (expected a transformers model folder, as written by save_pretrained)"
+    try:
+        if not isinstance(json.loads(config.read_bytes()), dict):
+            return "config.json is not a JSON object (expected a transformers model config)"
+    except json.JSONDecodeError as error:
+        return f"config.json:{error.lineno}: invalid JSON ({error.msg}); expected a transformers model config"
+    except UnicodeDecodeError:
+        return "config.json is not UTF-8 text (expected a transformers model config)"
+    weights = sorted(folder.glob("*.safetensors"))
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_bytes())["weight_map"].values())
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, AttributeError, TypeError):
+            return f"{index.name} is not a valid shard index (expected a JSON object with a weight_map)"
+        missing = sorted(name for name in shards if not (folder / name).is_file())
+        if missing:
+            return f"weight shards {missing} named in {index.name} are missing"
+    for file in weights:
+        problem = _safetensors_problem(file)
+        if problem:
+            return problem
+    if weights:
+        return None
+    bins = sorted(folder.glob("pytorch_model*.bin"))
+    if not bins:
+        return "no weight file (expected model.safetensors, sharded *.safetensors with their index, or pytorch_model.bin)"
+    for file in bins:
+        with file.open("rb") as head:
+            magic = head.read(2)
+        # torch.save writes a zip archive whose index sits at its end, so a truncated copy has none;
+        # older pickled files cannot be checked without loading them
+        if not magic or (magic == b"PK" and not zipfile.is_zipfile(file)):
+            return f"{file.name} is empty or truncated; re-copy or re-save the model"
+    return None
+
+
+def _safetensors_problem(file: Path) -> str | None:
+    from safetensors import SafetensorError, safe_open
+
+    try:  # parses the header and checks its byte ranges against the file's size; reads no tensor
+        with safe_open(str(file), framework="numpy"):
+            return None
+    except (SafetensorError, OSError) as error:
+        return f"{file.name} is not a complete safetensors file ({error}); re-copy or re-save the model"
 
 
 def _expand(value: str | None) -> str | None:
@@ -43,8 +112,6 @@ def context_limit(model: str, max_model_len: int | None) -> int | None:
         return max_model_len
     config = Path(model) / "config.json"
     if config.is_file():
-        import json
-
         return json.loads(config.read_text()).get("max_position_embeddings")
     return None
 

@@ -1,7 +1,8 @@
 """`python -m orchestrator generate`: prompts in, a Parquet rollout table out.
 
-Everything that can be checked is checked before Ray starts: the prompt file, the model and
-tokenizer paths, the stop token ids. The table is written atomically at the end.
+Everything that can be checked is checked before Ray starts: the output path, the prompt file, the
+model folder (config and weight file headers) and tokenizer, the stop token ids. The table is
+written atomically at the end.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def run_generate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix != ".parquet":
         raise UserError(f"--out {out}: expected a .parquet file")
+    from orchestrator.output_paths import check_creatable
+
+    check_creatable(out, "--out", folder=False)
     prompts = _prompts(args.prompts)
 
     from orchestrator.contracts.tokenizer import load_tokenizer
@@ -52,7 +56,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from orchestrator.launch import connect, rollout_cpus, start_pool
     from orchestrator.rollout.table import rollout_table, write_parquet
 
-    model, tokenizer_name = resolve_model(args.model, args.tokenizer)
+    model, tokenizer_name = resolve_model(args.model, args.tokenizer, keys=("--model", "--tokenizer"))
     tokenizer = load_tokenizer(tokenizer_name)
     check_token_ids(sampling.stop_token_ids, tokenizer, "--stop-token-ids")
     prompt_ids = [tokenizer(prompt)["input_ids"] for prompt in prompts]

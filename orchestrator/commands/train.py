@@ -1,8 +1,9 @@
 """`python -m orchestrator train [--config FILE.yaml] [key=value ...]`: a GRPO run.
 
-The config, the prompts, the reward functions, the model and tokenizer, the stop token ids and
-prompt lengths are all checked before Ray starts (training/preflight.py); then the learner and the
-rollout pool start and the step loop runs.
+The config, the output folder (or, with --resume, the checkpoint), the prompts, the reward
+functions, the model and tokenizer, the stop token ids and prompt lengths are all checked before
+Ray starts (training/preflight.py, training/run_dir.py); then the learner and the rollout pool
+start and the step loop runs.
 """
 
 from __future__ import annotations
@@ -22,17 +23,20 @@ def run_train(args: argparse.Namespace) -> int:
     if args.resume:
         run_dir = RunDir.existing(args.resume)
         config = load_config(TrainConfig, run_dir.root / "config.yaml", args.overrides)
+        checkpoint, resume = run_dir.latest_checkpoint()
     else:
         config = load_config(TrainConfig, Path(args.config) if args.config else DEFAULT_CONFIG, args.overrides)
+        run_dir, resume = RunDir.create(config.output_dir), None  # checked here, created after preflight
     checked = preflight(config)
-    model, tokenizer, resume = checked.model, checked.tokenizer, None
+    model, tokenizer = checked.model, checked.tokenizer
     if args.resume:
-        checkpoint, resume = run_dir.latest_checkpoint()
+        from orchestrator.contracts.tokenizer import load_tokenizer
+
+        load_tokenizer(str(checkpoint))  # the learner and every engine load it from there
         model = tokenizer = str(checkpoint)  # weights, optimizer and canonical tokenizer as saved
         run_dir.forget_after(resume.step)
         print(f"resuming {run_dir.root} from {checkpoint.name} (step {resume.step})", flush=True)
     else:
-        run_dir = RunDir.create(config.output_dir)
         run_dir.prepare({**config.model_dump(mode="json"), "model": checked.model, "tokenizer": checked.tokenizer})
         print(f"run folder: {run_dir.root}", flush=True)
     if checked.dropped_prompts:

@@ -23,6 +23,8 @@ def read_records(path: str | Path, column: str = "prompt") -> list[dict]:
     """Every row with its checked prompt and any other columns (reward functions receive those as
     keyword arguments, as with TRL)."""
     path = Path(path)
+    if path.is_dir():
+        raise PromptFileError(f"prompts file {path} is a folder (expected a .jsonl or .parquet file)")
     if not path.is_file():
         raise PromptFileError(f"prompts file {path} does not exist (expected a .jsonl or .parquet file)")
     if path.suffix == ".jsonl":
@@ -34,8 +36,15 @@ def read_records(path: str | Path, column: str = "prompt") -> list[dict]:
 
 def _read_jsonl(path: Path, column: str) -> list[dict]:
     prompts = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+    with path.open("rb") as lines:  # decoded line by line, so a bad byte is reported with its line
+        for number, raw in enumerate(lines, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise PromptFileError(
+                    f"{path}:{number}: not valid UTF-8 (byte {raw[error.start]:#04x} at column {error.start + 1}); "
+                    "expected UTF-8 text, one JSON object per line"
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -52,12 +61,17 @@ def _read_jsonl(path: Path, column: str) -> list[dict]:
 
 
 def _read_parquet(path: Path, column: str) -> list[dict]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
-    if column not in table.column_names:
-        raise PromptFileError(f"{path}: no {column!r} column (columns: {table.column_names})")
-    prompts = table.to_pylist()
+    try:
+        table = pq.read_table(path)
+        if column not in table.column_names:
+            raise PromptFileError(f"{path}: no {column!r} column (columns: {table.column_names})")
+        prompts = table.to_pylist()
+    except (pa.ArrowException, OSError) as error:  # a truncated file fails at its footer, a corrupt page when decoded
+        reason = str(error).splitlines()[0].replace(f"Could not open Parquet input source '{path}': ", "")
+        raise PromptFileError(f"{path}: not a readable Parquet file ({reason}); expected a complete Parquet file") from None
     for row, record in enumerate(prompts):
         _check(record[column], f"{path} row {row}")
     if not prompts:
