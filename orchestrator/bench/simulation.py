@@ -154,9 +154,11 @@ def _generate(pool, requests: list[GroupRequest], columns: list[dict], ideal: di
     """`pool.generate` as the train loop calls it: groups are handed to reward tasks as they come
     back (`StepScorer`, as in `GRPORun._generate`: the same reward arguments, dataset columns and
     error score), so that is part of the driver's per-group work; it is timed on its own as well."""
+    from orchestrator.config.train import TrainConfig
     from orchestrator.training.scoring import StepScorer
 
-    scoring = StepScorer(["builtin:search_call"], None, error_score=0.0, columns=columns).begin(requests)
+    batch_samples = TrainConfig.model_fields["reward_batch_samples"].default  # as a train run scores by default
+    scoring = StepScorer(["builtin:search_call"], None, error_score=0.0, columns=columns, batch_samples=batch_samples).begin(requests)
     done, tokens, reward_cpu = 0, 0, 0.0
     others = _ray_processes_cpu()
     cpu, start = time.process_time(), time.perf_counter()

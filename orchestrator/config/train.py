@@ -48,6 +48,13 @@ class TrainConfig(GRPOSettings):
         description="If set, a sample whose reward function raises or returns NaN scores this and is counted "
         "(metric reward_errors); if null, the run stops with an error naming the function and the sample.",
     )
+    reward_batch_samples: int = Field(
+        256,
+        ge=1,
+        description="Samples per reward task while generation runs: groups are scored together once this many "
+        "wait, the rest when generation ends (a step smaller than this is scored once, at the end). Lower it "
+        "for slow reward functions, so that scoring overlaps generation sooner.",
+    )
     max_staleness: int = Field(
         0,
         ge=0,

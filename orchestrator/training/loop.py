@@ -56,7 +56,9 @@ class GRPORun:
         self.policy_version = resume.policy_version
         self.sampling = config.sampling()
         self.tool_use = config.tool_use()
-        self.scorer = StepScorer(config.reward_funcs, config.reward_weights, config.reward_error_score, columns)
+        self.scorer = StepScorer(
+            config.reward_funcs, config.reward_weights, config.reward_error_score, columns, config.reward_batch_samples
+        )
         self._stop_requested = False
         self._control = ControlFile(run_dir.control)
         self._prefetch = Prefetcher(self._generate)

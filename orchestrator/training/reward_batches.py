@@ -1,11 +1,14 @@
 """Score groups while the others still generate, several groups per reward task.
 
-A reward task per group starts scoring the moment a group is back, but each Ray task costs
-milliseconds of scheduling and a worker process's time whatever it scores: at hundreds of groups
-per second the tasks fall behind generation and the step waits for them at the end. Here at most
-`max_tasks` reward tasks run at once; groups that come back meanwhile wait on the driver and go
-together in the next task. When groups are few and far between each still gets its own task at
-once; when they pour in, tasks grow instead of multiplying.
+A reward task per group would start scoring the moment a group is back, but each Ray task costs
+milliseconds of scheduling and a worker process's time whatever it scores, and on a small machine
+it takes that time from the engines: at hundreds of groups per second the tasks fall behind
+generation, and on a small step the overlap saves less than the tasks cost. Here a task starts
+once `min_samples` samples wait (`reward_batch_samples`), and at most `max_tasks` run at once;
+groups that come back meanwhile wait on the driver and go together in the next task. Whatever
+still waits when generation ends is scored then. So a step smaller than `min_samples` is scored
+in one task at the end, and a large one overlaps generation with tasks that grow instead of
+multiplying.
 """
 
 from __future__ import annotations
@@ -17,20 +20,25 @@ from orchestrator.contracts.groups import GroupRequest, GroupResult
 
 
 class RewardBatches:
-    def __init__(self, submit: Callable[[list[GroupRequest], list[GroupResult]], object], max_tasks: int = 2):
+    def __init__(
+        self, submit: Callable[[list[GroupRequest], list[GroupResult]], object], max_tasks: int = 2, min_samples: int = 1
+    ):
         """`submit(requests, results)` starts one reward task over those groups (rows in that
         order, each group's samples together) and returns its ObjectRef."""
         self._submit = submit
         self.max_tasks = max_tasks
+        self.min_samples = min_samples
         self._waiting: list[tuple[GroupRequest, GroupResult]] = []
+        self._waiting_samples = 0
         self._running = 0  # tasks not finished yet (each lowers it when done, from Ray's thread)
         self._lock = threading.Lock()
         self._tasks: list[tuple[object, list[tuple[int, int]]]] = []  # (ref, [(group id, rows)])
 
     def add(self, request: GroupRequest, result: GroupResult) -> None:
-        """A group came back: score it now if a task slot is free, else with the next batch."""
+        """A group came back: score it with those waiting once enough wait and a task slot is free."""
         self._waiting.append((request, result))
-        if self._running < self.max_tasks:
+        self._waiting_samples += len(result.samples)
+        if self._waiting_samples >= self.min_samples and self._running < self.max_tasks:
             self.close()
 
     def close(self) -> RewardBatches:
@@ -42,7 +50,7 @@ class RewardBatches:
             with self._lock:
                 self._running += 1
             ref.future().add_done_callback(self._task_done)
-            self._waiting = []
+            self._waiting, self._waiting_samples = [], 0
         return self
 
     def _task_done(self, _future) -> None:

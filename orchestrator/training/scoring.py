@@ -24,9 +24,11 @@ RESERVED_REWARD_KWARGS = {"prompts", "completions", "completion_ids", "error_sco
 
 class StepScorer:
     def __init__(self, reward_funcs: list[str], reward_weights: list[float] | None, error_score: float | None,
-                 columns: list[dict] | None = None):
-        """`columns[i]`: prompt i's other dataset columns (reward functions get them as kwargs)."""
+                 columns: list[dict] | None = None, batch_samples: int = 1):
+        """`columns[i]`: prompt i's other dataset columns (reward functions get them as kwargs);
+        `batch_samples`: samples per reward task while generation runs (reward_batches.py)."""
         self.reward_funcs = reward_funcs
+        self.batch_samples = batch_samples
         self.reward_weights = reward_weights
         self.error_score = error_score
         self.columns = columns or []
@@ -68,7 +70,7 @@ class StepScoring:
     def __init__(self, scorer: StepScorer, requests: list[GroupRequest]):
         self.requests = requests
         self._by_id = {request.group_id: request for request in requests}
-        self._batches = RewardBatches(scorer.submit)
+        self._batches = RewardBatches(scorer.submit, min_samples=scorer.batch_samples)
 
     def add(self, result: GroupResult) -> None:
         self._batches.add(self._by_id[result.group_id], result)

@@ -40,3 +40,23 @@ def test_groups_back_while_tasks_run_share_the_next_task(ray_session):
     assert [scores[g]["text"] for g in range(7)] == [[f"g{g}s0", f"g{g}s1"] for g in range(7)]
     assert sum(scores[g]["reward_errors"] for g in range(7)) == 3  # one per task, counted once
 
+
+def test_a_task_starts_once_enough_samples_wait_and_the_rest_at_the_end(ray_session):
+    import ray
+
+    from orchestrator.training.reward_batches import RewardBatches
+
+    task = ray.remote(lambda completions: {"reward": [0.0] * len(completions), "reward_errors": 0}).options(num_cpus=0)
+    started = []
+
+    def submit(requests, results):
+        started.append([request.group_id for request in requests])
+        return task.remote([sample.completion for result in results for sample in result.samples])
+
+    batches = RewardBatches(submit, min_samples=5)  # groups of 2 samples: a task per 3 groups
+    for request, result in map(_group, range(7)):
+        batches.add(request, result)
+    assert started == [[0, 1, 2], [3, 4, 5]]  # group 6 waits for more
+    batches.close()
+    assert started[-1] == [6]
+    assert sorted(batches.per_group(ray.get)) == list(range(7))
