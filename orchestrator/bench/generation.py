@@ -1,6 +1,9 @@
 """Generation throughput on the same model, prompts and lengths: raw vLLM (`LLM.generate`, one
 process, one engine), our pool (same engine count), and HF transformers `generate` (what TRL does
-without vLLM). Every sample generates exactly `max_tokens` tokens (`ignore_eos`)."""
+without vLLM). With `ignore_eos` every sample generates exactly `max_tokens` tokens (HF's best
+case: a static batch wastes nothing); without it samples end at EOS with varied lengths, and only
+the tokens up to each sample's EOS count (HF's static batch keeps stepping finished rows until its
+longest row ends; vLLM's continuous batching does not)."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ def kv_cache_bytes(model: Path, samples: int, tokens_per_sample: int) -> int:
     return cpu_kv_cache_bytes(json.loads((model / "config.json").read_text()), samples, tokens_per_sample)
 
 
-def raw_vllm(model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, seed: int) -> dict:
+def raw_vllm(model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, seed: int, ignore_eos: bool = True) -> dict:
     from vllm import LLM, SamplingParams
 
     samples, tokens = len(prompt_ids) * n, max(map(len, prompt_ids)) + max_tokens
@@ -28,7 +31,7 @@ def raw_vllm(model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, 
         kv_cache_memory_bytes=kv_cache_bytes(model, samples, tokens), logprobs_mode="processed_logprobs",
         disable_log_stats=True,
     )
-    params = SamplingParams(n=n, max_tokens=max_tokens, ignore_eos=True, temperature=1.0, seed=seed, logprobs=0)
+    params = SamplingParams(n=n, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=1.0, seed=seed, logprobs=0)
     prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
     llm.generate(prompts[:1], SamplingParams(max_tokens=2, ignore_eos=True), use_tqdm=False)  # warm-up
     start = time.perf_counter()
@@ -39,11 +42,13 @@ def raw_vllm(model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, 
     return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
 
 
-def pool(model: Path, tokenizer, prompts: list[str], prompt_ids, n: int, max_tokens: int, seed: int, engines: int) -> dict:
+def pool(
+    model: Path, tokenizer, prompts: list[str], prompt_ids, n: int, max_tokens: int, seed: int, engines: int, ignore_eos: bool = True
+) -> dict:
     from orchestrator.launch import connect, rollout_cpus, start_pool
     from orchestrator.rollout.groups import make_groups
 
-    sampling = SamplingConfig(max_tokens=max_tokens, ignore_eos=True, temperature=1.0, seed=seed)
+    sampling = SamplingConfig(max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=1.0, seed=seed)
     requests = make_groups(prompts, prompt_ids, n, sampling)
     samples, tokens = len(prompt_ids) * n, max(map(len, prompt_ids)) + max_tokens
     config = RolloutConfig(engines=engines, kv_cache_memory_bytes=kv_cache_bytes(model, samples, tokens), max_inflight_samples=samples)
@@ -58,12 +63,13 @@ def pool(model: Path, tokenizer, prompts: list[str], prompt_ids, n: int, max_tok
     return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
 
 
-def hf_generate(model: Path, prompt_ids, n: int, max_tokens: int, seed: int, batch_prompts: int = 8) -> dict:
+def hf_generate(model: Path, prompt_ids, n: int, max_tokens: int, seed: int, ignore_eos: bool = True, batch_prompts: int = 8) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
     hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    eos = hf.config.eos_token_id
     tokens, start = 0, time.perf_counter()
     for first in range(0, len(prompt_ids), batch_prompts):
         chunk = prompt_ids[first : first + batch_prompts]
@@ -73,8 +79,13 @@ def hf_generate(model: Path, prompt_ids, n: int, max_tokens: int, seed: int, bat
         with torch.no_grad():
             out = hf.generate(
                 input_ids=ids, attention_mask=mask, do_sample=True, num_return_sequences=n, max_new_tokens=max_tokens,
-                min_new_tokens=max_tokens, pad_token_id=0, top_k=0,
+                min_new_tokens=max_tokens if ignore_eos else 0, pad_token_id=eos, eos_token_id=eos, top_k=0,
             )
-        tokens += (out.shape[1] - width) * out.shape[0]
+        tokens += sum(_length(row, eos) for row in out[:, width:].tolist()) if not ignore_eos else (out.shape[1] - width) * out.shape[0]
     seconds = time.perf_counter() - start
     return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+
+
+def _length(completion: list[int], eos: int) -> int:
+    """Tokens up to and including the first EOS (the rest of a static-batch row is padding)."""
+    return completion.index(eos) + 1 if eos in completion else len(completion)

@@ -1,7 +1,12 @@
-"""The bench model: a ~20M-parameter Llama with random (seeded) weights and the tiny tokenizer.
+"""The bench models: a ~20M-parameter Llama with random (seeded) weights and the tiny tokenizer.
 
-Throughput does not depend on what the weights say, so no pre-training is needed; sampling uses
-`ignore_eos` so every engine generates exactly the same number of tokens.
+Throughput does not depend on what the weights say, so no pre-training is needed. Two variants:
+- fixed length: sampling uses `ignore_eos`, so every sample generates exactly `max_tokens` tokens;
+- stops at EOS (`mean_length=N`): the weights are edited so that EOS has a chance of about 1/N at
+  every position, so completions end at EOS with varied lengths (geometric, mean about N), as
+  real completions do. One residual channel is held constant through every layer (every token's
+  embedding sets it, no layer writes to it) and only EOS reads it in the output layer: a bias on
+  EOS alone, calibrated on the model's own hidden states.
 """
 
 from __future__ import annotations
@@ -12,8 +17,9 @@ from pathlib import Path
 from orchestrator.builtin.tiny_model import cache_root, tiny_model
 
 
-def bench_model(hidden: int = 512, layers: int = 6, heads: int = 8, seed: int = 0) -> Path:
-    folder = cache_root() / f"bench-llama-h{hidden}-l{layers}-s{seed}"
+def bench_model(hidden: int = 512, layers: int = 6, heads: int = 8, seed: int = 0, mean_length: int | None = None) -> Path:
+    suffix = f"-eos{mean_length}" if mean_length else ""
+    folder = cache_root() / f"bench-llama-h{hidden}-l{layers}-s{seed}{suffix}"
     if (folder / "config.json").is_file():
         return folder
     import torch
@@ -29,10 +35,33 @@ def bench_model(hidden: int = 512, layers: int = 6, heads: int = 8, seed: int = 
     torch.manual_seed(seed)
     staging = folder.with_name(folder.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    LlamaForCausalLM(config).save_pretrained(staging)
+    model = LlamaForCausalLM(config)
+    if mean_length:
+        _end_at_eos(model, tokenizer.eos_token_id, mean_length, seed)
+    model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
     staging.rename(folder)
     return folder
+
+
+def _end_at_eos(model, eos_token_id: int, mean_length: int, seed: int) -> None:
+    """Give EOS a probability of about 1/mean_length at every position (see the module docstring)."""
+    import torch
+
+    channel = model.config.hidden_size - 1
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, channel] = 1.0
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight[channel, :] = 0.0
+            layer.mlp.down_proj.weight[channel, :] = 0.0
+        head = model.lm_head.weight
+        head[:, channel] = 0.0
+        probe = torch.randint(1, model.config.vocab_size, (8, 64), generator=torch.Generator().manual_seed(seed))
+        hidden = model.model(input_ids=probe).last_hidden_state  # after the final norm
+        target = torch.logit(torch.tensor(1.0 / mean_length))
+        for _ in range(5):  # Newton-free fixed point: shift the EOS logit by the log-odds still missing
+            probability = torch.softmax(hidden @ head.T, dim=-1)[..., eos_token_id].mean()
+            head[eos_token_id, channel] += (target - torch.logit(probability)) / hidden[..., channel].mean()
 
 
 def parameter_count(folder: Path) -> int:

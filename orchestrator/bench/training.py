@@ -11,7 +11,7 @@ import numpy as np
 PHASES = ("time/generate", "time/reward", "time/train", "time/sync")
 
 
-def ours(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int, seed: int, out_dir: Path) -> dict:
+def ours(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int, seed: int, out_dir: Path, ignore_eos: bool = True) -> dict:
     from orchestrator.builtin import search_task
     from orchestrator.config.train import TrainConfig
     from orchestrator.launch import start_training
@@ -20,7 +20,7 @@ def ours(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int
 
     config = TrainConfig(
         model=str(model), tokenizer=str(model), prompts_per_step=prompts_per_step, num_generations=n,
-        max_completion_length=max_tokens, ignore_eos=True, max_steps=steps, learning_rate=1e-5, seed=seed,
+        max_completion_length=max_tokens, ignore_eos=ignore_eos, max_steps=steps, learning_rate=1e-5, seed=seed,
         output_dir=str(out_dir), plot_steps=10**6, reward_funcs=["builtin:search_call"],
     )
     parts = start_training(config, str(model), str(model))
@@ -44,7 +44,7 @@ def ours(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int
     }
 
 
-def trl(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int, seed: int, out_dir: Path) -> dict:
+def trl(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int, seed: int, out_dir: Path, ignore_eos: bool = True) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -61,7 +61,7 @@ def trl(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int,
     args = GRPOConfig(
         output_dir=str(out_dir), per_device_train_batch_size=prompts_per_step * n, num_generations=n,
         max_completion_length=max_tokens, max_steps=steps, learning_rate=1e-5, seed=seed, use_cpu=True, bf16=False,
-        report_to=[], logging_steps=1, save_strategy="no", generation_kwargs={"min_new_tokens": max_tokens},
+        report_to=[], logging_steps=1, save_strategy="no", generation_kwargs={"min_new_tokens": max_tokens} if ignore_eos else {},
     )
     clock = StepClock()
     trainer = GRPOTrainer(

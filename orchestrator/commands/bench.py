@@ -1,8 +1,10 @@
 """`python -m orchestrator bench`: figures for the Performance section, printed as a table and saved
 as JSON. Defaults finish in a few minutes on a 2-core CPU with a ~20M-parameter model built here.
 
-Generation: raw vLLM vs our pool (same engine count) vs HF generate. Training: our loop vs TRL's
-GRPOTrainer alone. Weight sync vs a plain memory copy of the same bytes. Orchestration overhead:
+Two cases, each measured the same way: `fixed` (every sample exactly `--max-tokens` long, EOS
+ignored: HF generate's best case) and `realistic` (samples end at EOS, mean about `--mean-length`,
+at most `--realistic-max-tokens`: where continuous batching counts). Generation: raw vLLM vs our
+pool (same engine count) vs HF generate. Training: our loop vs TRL's GRPOTrainer alone. Weight sync vs a plain memory copy of the same bytes. Orchestration overhead:
 the share of step time outside generate, reward, train and sync. `--only sync` measures weight
 sync alone (about two minutes) and replaces only the sync figures of an existing `--out` file.
 """
@@ -10,6 +12,7 @@ sync alone (about two minutes) and replaces only the sync figures of an existing
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -17,50 +20,73 @@ import tempfile
 from pathlib import Path
 
 
-def run_bench(args: argparse.Namespace) -> int:
-    from transformers import AutoTokenizer
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    model: Path
+    max_tokens: int
+    ignore_eos: bool  # True: every sample is exactly max_tokens long; False: samples end at EOS
 
-    from orchestrator.bench import generation, training, weight_sync
+
+def run_bench(args: argparse.Namespace) -> int:
+    from orchestrator.bench import weight_sync
     from orchestrator.bench.model import bench_model, parameter_count
-    from orchestrator.builtin import search_task
 
     model = Path(args.model) if args.model else bench_model()
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    prompts = search_task.prompts(args.prompts, seed=0)
-    prompt_ids = [tokenizer(p)["input_ids"] for p in prompts]
-    n, tokens = args.num_generations, args.max_tokens
+    cases = [Case("fixed", model, args.max_tokens, ignore_eos=True)]
+    if not args.model:  # the stop-at-EOS variant of the built-in model
+        cases.append(Case("realistic", bench_model(mean_length=args.mean_length), args.realistic_max_tokens, ignore_eos=False))
+    cases = [case for case in cases if args.case in ("both", case.name)]
     result = {
         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}",
-        "model": str(model), "parameters": parameter_count(model),
-        "work": f"{args.prompts} prompts x {n} generations x {tokens} tokens",
+        "model": str(model), "parameters": parameter_count(model), "prompts": args.prompts, "num_generations": args.num_generations,
     }
-    print(f"bench on {result['machine']}; model {result['parameters'] / 1e6:.1f}M parameters; {result['work']}", flush=True)
+    print(f"bench on {result['machine']}; model {result['parameters'] / 1e6:.1f}M parameters; "
+          f"{args.prompts} prompts x {args.num_generations} generations", flush=True)
     if args.only == "sync":
-        result["sync"] = weight_sync.measure(model, args.engines, args.syncs, args.prompts, n, tokens, seed=0)
+        result["sync"] = weight_sync.measure(model, args.engines, args.syncs, args.prompts, args.num_generations, args.max_tokens, seed=0)
         print(_table(result))
         out = Path(args.out)
         saved = json.loads(out.read_text()) if out.is_file() else {}
         out.write_text(json.dumps({**saved, **result}, indent=2))
         print(f"saved {args.out}")
         return 0
-    result["raw_vllm"] = generation.raw_vllm(model, prompt_ids, n, tokens, seed=0)
-    print(f"raw vLLM: {result['raw_vllm']['tokens_per_s']:.0f} tok/s", flush=True)
-    result["pool"] = generation.pool(model, tokenizer, prompts, prompt_ids, n, tokens, seed=0, engines=args.engines)
-    print(f"our pool: {result['pool']['tokens_per_s']:.0f} tok/s", flush=True)
-    result["hf_generate"] = generation.hf_generate(model, prompt_ids, n, tokens, seed=0)
-    print(f"HF generate: {result['hf_generate']['tokens_per_s']:.0f} tok/s", flush=True)
-    with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
-        result["train"] = training.ours(model, args.steps, args.prompts, n, tokens, 0, Path(scratch) / "ours")
-        print(f"our train: {result['train']['samples_per_s']:.1f} samples/s", flush=True)
-        result["trl"] = training.trl(model, args.steps, args.prompts, n, tokens, 0, Path(scratch) / "trl")
-        print(f"TRL GRPOTrainer: {result['trl']['samples_per_s']:.1f} samples/s", flush=True)
-    sync = result["train"]
-    result["sync"] = {"bytes": sync["sync_bytes"], "seconds": sync["sync_s"], "gb_per_s": sync["sync_bytes"] / sync["sync_s"] / 1e9,
-                      "memcpy_gb_per_s": weight_sync.memcpy_gbps(sync["sync_bytes"])}
+    result["cases"] = {case.name: _measure(case, args) for case in cases}
+    train = next(iter(result["cases"].values()))["train"]
+    result["sync"] = {"bytes": train["sync_bytes"], "seconds": train["sync_s"], "gb_per_s": train["sync_bytes"] / train["sync_s"] / 1e9,
+                      "memcpy_gb_per_s": weight_sync.memcpy_gbps(train["sync_bytes"])}
     print(_table(result))
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"saved {args.out}")
     return 0
+
+
+def _measure(case: Case, args: argparse.Namespace) -> dict:
+    """Generation (raw vLLM, our pool, HF generate) and training (ours, TRL alone) on one case."""
+    from transformers import AutoTokenizer
+
+    from orchestrator.bench import generation, training
+    from orchestrator.builtin import search_task
+
+    tokenizer = AutoTokenizer.from_pretrained(case.model)
+    prompts = search_task.prompts(args.prompts, seed=0)
+    prompt_ids = [tokenizer(p)["input_ids"] for p in prompts]
+    n, tokens, eos = args.num_generations, case.max_tokens, case.ignore_eos
+    label = f"[{case.name}: {'exactly' if eos else 'EOS, at most'} {tokens} tokens]"
+    r = {"max_tokens": tokens, "ignore_eos": eos, "model": str(case.model)}
+    r["raw_vllm"] = generation.raw_vllm(case.model, prompt_ids, n, tokens, seed=0, ignore_eos=eos)
+    r["mean_completion_tokens"] = r["raw_vllm"]["tokens"] / (len(prompt_ids) * n)
+    print(f"{label} raw vLLM: {r['raw_vllm']['tokens_per_s']:.0f} tok/s ({r['mean_completion_tokens']:.0f} tokens/sample)", flush=True)
+    r["pool"] = generation.pool(case.model, tokenizer, prompts, prompt_ids, n, tokens, seed=0, engines=args.engines, ignore_eos=eos)
+    print(f"{label} our pool: {r['pool']['tokens_per_s']:.0f} tok/s", flush=True)
+    r["hf_generate"] = generation.hf_generate(case.model, prompt_ids, n, tokens, seed=0, ignore_eos=eos)
+    print(f"{label} HF generate: {r['hf_generate']['tokens_per_s']:.0f} tok/s", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
+        r["train"] = training.ours(case.model, args.steps, args.prompts, n, tokens, 0, Path(scratch) / "ours", ignore_eos=eos)
+        print(f"{label} our train: {r['train']['samples_per_s']:.1f} samples/s", flush=True)
+        r["trl"] = training.trl(case.model, args.steps, args.prompts, n, tokens, 0, Path(scratch) / "trl", ignore_eos=eos)
+        print(f"{label} TRL GRPOTrainer: {r['trl']['samples_per_s']:.1f} samples/s", flush=True)
+    return r
 
 
 def _table(r: dict) -> str:
@@ -77,14 +103,19 @@ def _table(r: dict) -> str:
 
 
 def _throughput_rows(r: dict) -> list[tuple[str, str, str]]:
-    raw, pool, hf, ours, trl = r["raw_vllm"], r["pool"], r["hf_generate"], r["train"], r["trl"]
-    return [
-        ("generation: raw vLLM (1 process)", f"{raw['tokens_per_s']:.0f} tok/s", ""),
-        ("generation: our pool", f"{pool['tokens_per_s']:.0f} tok/s", f"{pool['tokens_per_s'] / raw['tokens_per_s']:.2f}x raw vLLM"),
-        ("generation: HF generate", f"{hf['tokens_per_s']:.0f} tok/s", f"{hf['tokens_per_s'] / raw['tokens_per_s']:.2f}x raw vLLM"),
-        ("train: ours (steady state)", f"{ours['samples_per_s']:.1f} samples/s", f"{ours['samples_per_s'] / trl['samples_per_s']:.2f}x TRL"),
-        ("train: TRL GRPOTrainer alone", f"{trl['samples_per_s']:.1f} samples/s", ""),
-        ("train: ours, s/step (gen/reward/train/sync)", f"{ours['step_s']:.2f}",
-         " / ".join(f"{ours[p]:.2f}" for p in ("time/generate", "time/reward", "time/train", "time/sync"))),
-        ("orchestration overhead", f"{ours['overhead_share'] * 100:.1f}% of step time", ""),
-    ]
+    rows = []
+    for name, case in r["cases"].items():
+        raw, pool, hf, ours, trl = case["raw_vllm"], case["pool"], case["hf_generate"], case["train"], case["trl"]
+        work = f"{'exactly' if case['ignore_eos'] else 'EOS, max'} {case['max_tokens']} tokens, mean {case['mean_completion_tokens']:.0f}"
+        rows += [
+            (f"{name}: work", work, ""),
+            (f"{name}: generation, raw vLLM (1 process)", f"{raw['tokens_per_s']:.0f} tok/s", ""),
+            (f"{name}: generation, our pool", f"{pool['tokens_per_s']:.0f} tok/s", f"{pool['tokens_per_s'] / raw['tokens_per_s']:.2f}x raw vLLM"),
+            (f"{name}: generation, HF generate", f"{hf['tokens_per_s']:.0f} tok/s", f"{hf['tokens_per_s'] / raw['tokens_per_s']:.2f}x raw vLLM"),
+            (f"{name}: train, ours (steady state)", f"{ours['samples_per_s']:.2f} samples/s", f"{ours['samples_per_s'] / trl['samples_per_s']:.2f}x TRL"),
+            (f"{name}: train, TRL GRPOTrainer alone", f"{trl['samples_per_s']:.2f} samples/s", ""),
+            (f"{name}: ours, s/step (gen/reward/train/sync)", f"{ours['step_s']:.2f}",
+             " / ".join(f"{ours[p]:.2f}" for p in ("time/generate", "time/reward", "time/train", "time/sync"))),
+            (f"{name}: orchestration overhead", f"{ours['overhead_share'] * 100:.1f}% of step time", ""),
+        ]
+    return rows
