@@ -91,7 +91,7 @@ def _measure(case: Case, args: argparse.Namespace) -> dict:
 
 def _table(r: dict) -> str:
     sync = r["sync"]
-    rows = [] if "train" not in r else _throughput_rows(r)
+    rows = _throughput_rows(r) if "cases" in r else []
     rows.append(
         ("weight sync", f"{sync['bytes'] / 1e6:.1f} MB in {sync['seconds']:.3f}s = {sync['gb_per_s']:.2f} GB/s",
          f"{sync['gb_per_s'] / sync['memcpy_gb_per_s']:.2f}x memcpy ({sync['memcpy_gb_per_s']:.1f} GB/s)")
