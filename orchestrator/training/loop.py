@@ -310,6 +310,7 @@ def start_components(
     import ray
     from transformers import AutoTokenizer
 
+    from orchestrator.placement.gpus import with_learner_gpus
     from orchestrator.placement.labels import LEARNER_ROLE
     from orchestrator.placement.placement import detect
     from orchestrator.ray_runtime import cluster_has_gpus, init_ray
@@ -320,6 +321,7 @@ def start_components(
     rollout = config.rollout
     init_ray(num_cpus=rollout.engines * rollout.num_cpus_per_engine + config.learner.num_cpus + 1)
     placement = detect()
+    config = with_learner_gpus(config, local=placement.mode == "local")  # learner.num_gpus null -> 0 or 1
     options, _ = placement.actor_options(LEARNER_ROLE, config.learner.num_cpus, config.learner.num_gpus, rollout.startup_timeout_s)
     learner = ray.remote(Learner).options(**options).remote(config, model, tokenizer, resume_from)
     bundle = ray.get(learner.canonical_tokenizer.remote())

@@ -38,7 +38,8 @@ class GRPOLearner:
         self._scratch = tempfile.TemporaryDirectory(prefix="grpo-learner-")
         self.tokenizer = load_tokenizer(tokenizer, config.added_tokens)
         model = load_model(model, self.tokenizer, resize=bool(config.added_tokens))
-        use_cpu = not (torch.cuda.is_available() and config.learner.num_gpus > 0)
+        # num_gpus null (not decided by a cluster, e.g. built directly): a GPU if this process sees one.
+        use_cpu = not torch.cuda.is_available() or config.learner.num_gpus == 0
         args = GRPOConfig(
             output_dir=self._scratch.name,  # TRL wants one; nothing is written there
             per_device_train_batch_size=config.samples_per_step,
