@@ -123,7 +123,8 @@ class GRPOLearner:
         rows, tokens = mask.size(0), mask.sum()
         size = micro_batch_size or rows
         self.model.train()
-        loss_sum, abs_sum, abs_max = 0.0, 0.0, 0.0
+        # Summed on the device: reading each micro-batch's figures would wait for the GPU every time.
+        loss_sum, abs_sum, abs_max = (torch.zeros((), device=self.device) for _ in range(3))
         for first in range(0, rows, size):
             chunk = _micro_batch(inputs, first, first + size)
             chunk_mask = _loss_mask(chunk)
@@ -138,15 +139,15 @@ class GRPOLearner:
             with contextlib.nullcontext() if last else self.trainer.accelerator.no_sync(self.model):
                 loss = self.trainer.compute_loss(self.model, chunk) * self._share(chunk_mask, rows, tokens)
                 self.trainer.accelerator.backward(loss)
-            loss_sum += float(loss.detach())
+            loss_sum += loss.detach()
             # compute_loss's forward pass left the policy logprobs: the sync check costs no extra pass.
             abs_diff = (self._policy_logps - chunk["old_per_token_logps"]).abs() * chunk_mask
-            abs_sum += float(abs_diff.sum())
-            abs_max = max(abs_max, float(abs_diff.max()))
+            abs_sum += abs_diff.sum()
+            abs_max = torch.maximum(abs_max, abs_diff.max())
         return {
-            "loss": loss_sum,
-            "rollout/logprob_abs_diff": abs_sum / max(1.0, float(tokens)),
-            "rollout/logprob_max_abs_diff": abs_max,
+            "loss": float(loss_sum),
+            "rollout/logprob_abs_diff": float(abs_sum) / max(1.0, float(tokens)),
+            "rollout/logprob_max_abs_diff": float(abs_max),
         }
 
     def _share(self, chunk_mask: torch.Tensor, rows: int, tokens: torch.Tensor) -> float:
