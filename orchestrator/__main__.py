@@ -91,7 +91,8 @@ def _bench_parser(commands) -> None:
         "--only",
         choices=["sync", "learner-memory"],
         help="measure one part alone (sync: weight sync vs memcpy, about two minutes; learner-memory: the "
-        "learner's peak memory for steps of --samples samples at --micro-batch-size, about four minutes)",
+        "learner's peak memory for steps of --samples samples at --micro-batch-size, a few minutes on an idle "
+        "2-core machine)",
     )
     p.add_argument("--samples", default="64,256,1024", help="learner-memory: samples per step, comma-separated (default: %(default)s)")
     p.add_argument("--micro-batch-size", type=int, default=16, help="learner-memory: learner.micro_batch_size (default: %(default)s)")
