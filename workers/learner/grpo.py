@@ -4,6 +4,10 @@ TRL's `GRPOTrainer` is built once (for its loss, optimizer and scheduler) and dr
 `compute_loss` seam: the orchestrator's batch carries prompt/completion ids and masks, the
 group-normalised advantages and the engines' logprobs as the behaviour (old) logprobs. No second
 GRPO loss lives in this project.
+
+A step goes through forward and backward in micro-batches of `learner.micro_batch_size` samples
+(all at once when null), accumulating gradients into one optimizer step per generation round;
+each micro-batch's TRL loss is weighted so the sum is TRL's loss on the whole step.
 """
 
 from __future__ import annotations
