@@ -90,7 +90,18 @@ def _bench_parser(commands) -> None:
     p.add_argument("--case", choices=["fixed", "realistic", "both"], default="both", help="(default: %(default)s)")
     p.add_argument("--steps", type=int, default=5, help="training steps per trainer (default: %(default)s)")
     p.add_argument("--engines", type=int, default=1, help="engines in our pool (default: %(default)s)")
-    p.add_argument("--only", choices=["sync"], help="measure one part alone (sync: weight sync vs memcpy, about two minutes)")
+    p.add_argument(
+        "--only",
+        choices=["sync", "learner-memory"],
+        help="measure one part alone (sync: weight sync vs memcpy, about two minutes; learner-memory: the "
+        "learner's peak memory for steps of --samples samples at --micro-batch-size, a few minutes on an idle "
+        "2-core machine)",
+    )
+    p.add_argument("--samples", default="64,256,1024", help="learner-memory: samples per step, comma-separated (default: %(default)s)")
+    p.add_argument("--micro-batch-size", type=int, default=16, help="learner-memory: learner.micro_batch_size (default: %(default)s)")
+    p.add_argument(
+        "--completion-tokens", type=int, default=64, help="learner-memory: tokens per completion (default: %(default)s)"
+    )
     p.add_argument("--syncs", type=int, default=5, help="weight syncs timed with --only sync (default: %(default)s)")
     p.add_argument("--out", default="bench.json", help="JSON results (default: %(default)s)")
 

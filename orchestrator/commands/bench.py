@@ -4,9 +4,12 @@ as JSON. Defaults finish in a few minutes on a 2-core CPU with a ~20M-parameter 
 Two cases, each measured the same way: `fixed` (every sample exactly `--max-tokens` long, EOS
 ignored: HF generate's best case) and `realistic` (samples end at EOS, mean about `--mean-length`,
 at most `--realistic-max-tokens`: where continuous batching counts). Generation: raw vLLM vs our
-pool (same engine count) vs HF generate. Training: our loop vs TRL's GRPOTrainer alone. Weight sync vs a plain memory copy of the same bytes. Orchestration overhead:
+pool (same engine count) vs HF generate. Training: our loop vs TRL's GRPOTrainer alone. Weight
+sync vs a plain memory copy of the same bytes. Orchestration overhead:
 the share of step time outside generate, reward, train and sync. `--only sync` measures weight
 sync alone (about two minutes) and replaces only the sync figures of an existing `--out` file.
+`--only learner-memory` measures the learner's peak memory as the step grows at a fixed
+`learner.micro_batch_size` (orchestrator/bench/learner_memory.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ import platform
 import tempfile
 from pathlib import Path
 
+from orchestrator.bench.model import parameter_count
+from orchestrator.contracts.errors import UserError
+
 
 @dataclasses.dataclass(frozen=True)
 class Case:
@@ -30,8 +36,10 @@ class Case:
 
 def run_bench(args: argparse.Namespace) -> int:
     from orchestrator.bench import weight_sync
-    from orchestrator.bench.model import bench_model, parameter_count
+    from orchestrator.bench.model import bench_model
 
+    if args.only == "learner-memory":
+        return _learner_memory(args)
     model = Path(args.model) if args.model else bench_model()
     cases = [Case("fixed", model, args.max_tokens, ignore_eos=True)]
     if not args.model:  # the stop-at-EOS variant of the built-in model
@@ -87,6 +95,31 @@ def _measure(case: Case, args: argparse.Namespace) -> dict:
         r["trl"] = training.trl(case.model, args.steps, args.prompts, n, tokens, 0, Path(scratch) / "trl", ignore_eos=eos)
         print(f"{label} TRL GRPOTrainer: {r['trl']['samples_per_s']:.1f} samples/s", flush=True)
     return r
+
+
+def _learner_memory(args: argparse.Namespace) -> int:
+    """A smaller Llama than the throughput bench's (4M parameters): a 1024-sample step must finish in a
+    minute on 2 cores. Replaces only the learner_memory entry of an existing `--out` file."""
+    from orchestrator.bench import learner_memory
+    from orchestrator.bench.model import bench_model
+
+    model = Path(args.model) if args.model else bench_model(hidden=256, layers=4)
+    sizes = [int(size) for size in args.samples.split(",")]
+    bad = [size for size in sizes if size % learner_memory.GENERATIONS or size <= 0]
+    if bad:
+        raise UserError(f"--samples: {bad[0]} is not a positive multiple of {learner_memory.GENERATIONS} (the group size)")
+    machine = f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}"
+    print(f"learner memory on {machine}; model {parameter_count(model) / 1e6:.1f}M parameters; "
+          f"completions of {args.completion_tokens} tokens; one process per row", flush=True)
+    result = learner_memory.measure(model, sizes, args.micro_batch_size, args.completion_tokens)
+    result["machine"] = machine
+    print(learner_memory.table(result))
+    print(f"largest step / smallest step at micro_batch_size {args.micro_batch_size}: {result['largest_vs_smallest']:.2f}x (target <= 1.3x)")
+    out = Path(args.out)
+    saved = json.loads(out.read_text()) if out.is_file() else {}
+    out.write_text(json.dumps({**saved, "learner_memory": result}, indent=2))
+    print(f"saved {args.out}")
+    return 0
 
 
 def _table(r: dict) -> str:

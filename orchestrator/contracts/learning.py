@@ -15,8 +15,20 @@ from orchestrator.contracts.strict import StrictModel
 
 class LearnerConfig(StrictModel):
     num_cpus: float = Field(1.0, ge=0.0, description="Ray CPUs reserved for the learner actor.")
-    num_gpus: int = Field(0, ge=0, description="GPUs for the learner (0 on CPU; >1 goes through accelerate).")
+    num_gpus: int | None = Field(
+        None,
+        ge=0,
+        description="GPUs for the learner. null: 1 when the Ray cluster has GPUs, else 0. 0 on a cluster with "
+        "GPUs is an error (weights reach GPU engines over NCCL from the learner's GPU).",
+    )
     bf16: bool = Field(False, description="bf16 training (GPU only).")
+    micro_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Samples per forward/backward pass; the step's micro-batches accumulate gradients into one "
+        "optimizer step with the same loss as the whole step at once. Bounds the learner's memory (logits are "
+        "micro_batch_size x completion length x vocabulary). null: the whole step in one pass.",
+    )
 
 
 class GRPOSettings(StrictModel):

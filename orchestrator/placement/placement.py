@@ -1,9 +1,10 @@
 """Where actors go: rollout engines on rollout nodes, the learner on learner nodes.
 
-One placement group per engine (its tensor-parallel GPUs packed on one node with `STRICT_PACK`), and
-one for the learner's GPUs as a gang. Nodes are chosen by Ray node labels (`role=rollout`,
-`role=learner`), or, on clusters without labels, by the custom resources `rollout_node` /
-`learner_node`. On one local node nothing is labelled and everything goes there.
+One placement group per engine, and one for the learner: a single bundle with the actor's CPUs and
+all its GPUs (an engine's tensor-parallel GPUs, the learner's GPUs), so they are on one node. Nodes
+are chosen by Ray node labels (`role=rollout`, `role=learner`), or, on clusters without labels, by
+the custom resources `rollout_node` / `learner_node`. On one local node nothing is labelled and
+everything goes there.
 """
 
 from __future__ import annotations
@@ -22,36 +23,44 @@ MARKER = 0.001  # a resource that marks a node: any number of actors can share i
 class Placement:
     mode: Mode
 
-    def bundles(self, role: str, count: int, cpus: float, gpus_each: int) -> tuple[list[dict], list[dict] | None]:
-        """Placement-group bundles (and their label selectors) for `count` devices of one actor."""
-        bundle = {"CPU": cpus / count}
-        if gpus_each:
-            bundle["GPU"] = gpus_each
+    def bundle(self, role: str, cpus: float, gpus: int) -> tuple[dict, dict | None]:
+        """The one placement-group bundle of an actor (all its CPUs and GPUs, so they are on one node
+        and the actor itself can hold them) and its label selector."""
+        bundle = {"CPU": cpus}
+        if gpus:
+            bundle["GPU"] = gpus
         if self.mode == "resources":
             bundle[ROLLOUT_RESOURCE if role == ROLLOUT_ROLE else LEARNER_RESOURCE] = MARKER
-        selectors = [{ROLE_LABEL: role}] * count if self.mode == "labels" else None
-        return [dict(bundle) for _ in range(count)], selectors
+        return bundle, ({ROLE_LABEL: role} if self.mode == "labels" else None)
 
     def actor_options(self, role: str, cpus: float, gpus: int, timeout_s: float | None) -> tuple[dict, object | None]:
-        """Ray actor options placing one actor (with `gpus` GPUs, packed on one node) for `role`,
-        and the placement group reserved for it (None locally); remove the group with the actor.
+        """Ray actor options placing one actor (with `gpus` GPUs, on one node) for `role`, and the
+        placement group reserved for it (None locally); remove the group with the actor.
         With a `timeout_s`, wait that long for a node and fail with advice if none fits; with None,
-        return at once (the actor then starts whenever a node frees up)."""
+        return at once (the actor then starts whenever a node frees up).
+
+        The group has a single bundle holding every GPU of the actor, and the actor takes that bundle:
+        an actor can only draw resources from one bundle, so one bundle per GPU could never host an
+        actor of two or more GPUs. A tensor-parallel engine runs its vLLM workers as processes of its
+        own (`distributed_executor_backend="mp"`), which see exactly the actor's GPUs."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         if self.mode == "local":  # one unlabelled node: Ray's own scheduling is all it takes
             return {"num_cpus": cpus, "num_gpus": gpus}, None
-        count = max(1, gpus)
-        bundles, selectors = self.bundles(role, count, cpus, 1 if gpus else 0)
-        group = ray.util.placement_group(bundles, strategy="STRICT_PACK", bundle_label_selector=selectors)
+        bundle, selector = self.bundle(role, cpus, gpus)
+        group = ray.util.placement_group(
+            [bundle], strategy="STRICT_PACK", bundle_label_selector=None if selector is None else [selector]
+        )
         if timeout_s is not None and not _ready(group, timeout_s):
             ray.util.remove_placement_group(group)
             raise UserError(
-                f"no {role} node can host {bundles} within {timeout_s}s (placement: {self.mode}); "
+                f"no {role} node can host {bundle} within {timeout_s}s (placement: {self.mode}); "
                 f"label nodes with {ROLE_LABEL}={role} (or give them the {role}_node resource) and check their free CPUs/GPUs"
             )
-        strategy = PlacementGroupSchedulingStrategy(group, placement_group_capture_child_tasks=True)
+        strategy = PlacementGroupSchedulingStrategy(
+            group, placement_group_bundle_index=0, placement_group_capture_child_tasks=True
+        )
         return {"num_cpus": cpus, "num_gpus": gpus, "scheduling_strategy": strategy}, group
 
 

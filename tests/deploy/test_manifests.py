@@ -445,6 +445,20 @@ def test_every_pod_runs_the_same_pinned_image(kind):
     assert tag and tag != "latest", f"image {image!r} needs an explicit version tag"
 
 
+@pytest.mark.parametrize("kind", sorted(MANIFESTS))
+def test_every_pod_mounts_the_shared_data_claim_where_the_cluster_config_reads_and_writes(kind):
+    claim = load_yaml(DEPLOY_DIR / "pvc.yaml")
+    assert claim["kind"] == "PersistentVolumeClaim" and claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    for name, group in groups(load_manifest(kind)):
+        pod = group["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+        assert "/data" in mounts, f"{name}: /data is not mounted"
+        assert volumes[mounts["/data"]]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"], name
+    cluster_config = load_yaml(REPO_ROOT / "configs" / "cluster" / "qwen2-0.5b-tldr.yaml")
+    assert cluster_config["prompts"].startswith("/data/") and cluster_config["output_dir"].startswith("/data/")
+
+
 # --------------------------------------------------------------------------
 # Tests: agreement with orchestrator/placement/labels.py and the image recipe
 # --------------------------------------------------------------------------

@@ -4,10 +4,15 @@ TRL's `GRPOTrainer` is built once (for its loss, optimizer and scheduler) and dr
 `compute_loss` seam: the orchestrator's batch carries prompt/completion ids and masks, the
 group-normalised advantages and the engines' logprobs as the behaviour (old) logprobs. No second
 GRPO loss lives in this project.
+
+A step goes through forward and backward in micro-batches of `learner.micro_batch_size` samples
+(all at once when null), accumulating gradients into one optimizer step per generation round;
+each micro-batch's TRL loss is weighted so the sum is TRL's loss on the whole step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 
@@ -37,7 +42,8 @@ class GRPOLearner:
         self._scratch = tempfile.TemporaryDirectory(prefix="grpo-learner-")
         self.tokenizer = load_tokenizer(tokenizer, config.added_tokens)
         model = load_model(model, self.tokenizer, resize=bool(config.added_tokens))
-        use_cpu = not (torch.cuda.is_available() and config.learner.num_gpus > 0)
+        # num_gpus null (not decided by a cluster, e.g. built directly): a GPU if this process sees one.
+        use_cpu = not torch.cuda.is_available() or config.learner.num_gpus == 0
         args = GRPOConfig(
             output_dir=self._scratch.name,  # TRL wants one; nothing is written there
             per_device_train_batch_size=config.samples_per_step,
@@ -70,6 +76,8 @@ class GRPOLearner:
             processing_class=self.tokenizer,
         )
         self.trainer.create_optimizer_and_scheduler(num_training_steps=config.max_steps)
+        # Micro-batches are weighted by `_share` instead: TRL's accumulation divides every micro-batch's
+        # loss by the same count, which is exact only when all have the same number of samples.
         self.trainer.current_gradient_accumulation_steps = 1
         accelerator = self.trainer.accelerator
         self.model, self.optimizer = accelerator.prepare(self.trainer.model, self.trainer.optimizer)
@@ -96,31 +104,67 @@ class GRPOLearner:
         """One optimizer step on one batch; returns the step's learner metrics."""
         start = time.perf_counter()
         trainer = self.trainer
-        inputs = {key: torch.tensor(value, device=self.device) for key, value in batch.items()}
-        # The model's own tokens; a tool's observation tokens (tool_mask 0) are context, not trained on.
-        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
-        self.model.train()
-        if self.config.beta != 0.0:
-            with torch.no_grad():
-                inputs["ref_per_token_logps"] = self._logps(trainer.ref_model, inputs)
-        inputs["num_items_in_batch"] = mask.sum()
-        loss = trainer.compute_loss(self.model, inputs)  # its forward pass leaves the policy logprobs
-        abs_diff = (self._policy_logps - inputs["old_per_token_logps"]).abs() * mask
-        trainer.accelerator.backward(loss)
+        metrics = self.accumulate_gradients(batch, self.config.learner.micro_batch_size)
         grad_norm = trainer.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
         trainer.lr_scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.policy_version += 1
-        tokens = mask.sum().clamp(min=1)
         return {
-            "loss": float(loss.detach()),
+            **metrics,
             "grad_norm": float(grad_norm),
             "learning_rate": float(trainer.lr_scheduler.get_last_lr()[0]),
-            "rollout/logprob_abs_diff": float(abs_diff.sum() / tokens),
-            "rollout/logprob_max_abs_diff": float(abs_diff.max()),
             "time/learner_step": time.perf_counter() - start,
         }
+
+    def accumulate_gradients(self, batch: dict[str, np.ndarray], micro_batch_size: int | None) -> dict[str, float]:
+        """Backward passes over the batch in micro-batches of `micro_batch_size` samples (None: one pass),
+        accumulating into `.grad` the gradient of the whole batch's loss; no optimizer step. Returns the
+        batch's loss and the engine-vs-learner logprob diagnostic."""
+        inputs = {key: torch.tensor(value, device=self.device) for key, value in batch.items()}
+        # The model's own tokens; a tool's observation tokens (tool_mask 0) are context, not trained on.
+        mask = _loss_mask(inputs)
+        rows, tokens = mask.size(0), mask.sum()
+        size = micro_batch_size or rows
+        self.model.train()
+        # Summed on the device: reading each micro-batch's figures would wait for the GPU every time.
+        loss_sum, abs_sum, abs_max = (torch.zeros((), device=self.device) for _ in range(3))
+        for first in range(0, rows, size):
+            chunk = _micro_batch(inputs, first, first + size)
+            chunk_mask = _loss_mask(chunk)
+            if self.config.beta != 0.0:
+                with torch.no_grad():
+                    chunk["ref_per_token_logps"] = self._logps(self.trainer.ref_model, chunk)
+            # TRL's token-level losses (dapo, cispo) divide by this: the whole step's token count, so
+            # micro-batch losses add up to the step's loss.
+            chunk["num_items_in_batch"] = tokens
+            last = first + size >= rows
+            # Under data parallelism only the last micro-batch should all-reduce gradients.
+            with contextlib.nullcontext() if last else self.trainer.accelerator.no_sync(self.model):
+                loss = self.trainer.compute_loss(self.model, chunk) * self._share(chunk_mask, rows, tokens)
+                self.trainer.accelerator.backward(loss)
+            loss_sum += loss.detach()
+            # compute_loss's forward pass left the policy logprobs: the sync check costs no extra pass.
+            abs_diff = (self._policy_logps - chunk["old_per_token_logps"]).abs() * chunk_mask
+            abs_sum += abs_diff.sum()
+            abs_max = torch.maximum(abs_max, abs_diff.max())
+        return {
+            "loss": float(loss_sum),
+            "rollout/logprob_abs_diff": float(abs_sum) / max(1.0, float(tokens)),
+            "rollout/logprob_max_abs_diff": float(abs_max),
+        }
+
+    def _share(self, chunk_mask: torch.Tensor, rows: int, tokens: torch.Tensor) -> float:
+        """The weight of one micro-batch's TRL loss in the step's loss, so that the weighted sum equals
+        TRL's loss on the whole step (TRL's own accumulation divides by a fixed step count, exact only
+        for equal micro-batches). dapo/cispo already divide by the step's token count; bnpo is a token
+        mean over the micro-batch; grpo, sapo and dr_grpo are means over its samples."""
+        loss_type = self.config.loss_type
+        if loss_type in ("dapo", "cispo"):
+            return 1.0
+        if loss_type == "bnpo":
+            return float(chunk_mask.sum()) / max(1.0, float(tokens))
+        return chunk_mask.size(0) / rows
 
     def _logps(self, model, inputs) -> torch.Tensor:
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
@@ -159,3 +203,20 @@ class GRPOLearner:
         self.trainer.lr_scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         self.policy_version = state["policy_version"]
+
+
+# Tensors whose second dimension is the completion: a micro-batch drops the trailing columns none of
+# its samples reach (completions are right-padded and attention is causal, so nothing else changes).
+_COMPLETION_KEYS = ("completion_ids", "completion_mask", "old_per_token_logps", "tool_mask")
+
+
+def _loss_mask(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    mask = inputs["completion_mask"]
+    return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
+
+
+def _micro_batch(inputs: dict[str, torch.Tensor], first: int, end: int) -> dict[str, torch.Tensor]:
+    chunk = {key: value[first:end] for key, value in inputs.items()}
+    used = chunk["completion_mask"].any(dim=0).nonzero()
+    width = int(used.max()) + 1 if used.numel() else 1
+    return {key: value[:, :width] if key in _COMPLETION_KEYS else value for key, value in chunk.items()}

@@ -45,6 +45,10 @@ def engine_args(
         kv_cache_memory_bytes=kv_bytes,
         gpu_memory_utilization=config.gpu_memory_utilization,
         tensor_parallel_size=config.tensor_parallel_size,
+        # The actor holds all of the engine's GPUs in one placement bundle (orchestrator/placement), so
+        # its tensor-parallel workers are processes that see them; left to itself, vLLM would pick Ray
+        # workers inside the actor's placement group, which has no bundle left for them.
+        distributed_executor_backend="mp" if config.tensor_parallel_size > 1 else None,
         max_num_seqs=config.max_inflight_samples,  # never schedule more than the KV cache was sized for
         logprobs_mode="processed_logprobs",  # logprobs of the distribution actually sampled
         enforce_eager=on_cpu,  # graph capture / compile costs minutes on small CPUs and buys little

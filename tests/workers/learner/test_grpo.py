@@ -77,3 +77,53 @@ def test_kl_term_against_the_reference_model(tiny):
     assert first["rollout/logprob_abs_diff"] < 1e-4 and np.isfinite(first["loss"])
     second = learner.train_step(_batch(learner))
     assert np.isfinite(second["loss"])
+
+
+def _uneven_batch(learner, rows=10, seed=0):
+    """`rows` samples of different prompt and completion lengths (groups of two), with behaviour
+    logprobs a little off the learner's own so the importance ratio is clipped on some tokens."""
+    rng = np.random.default_rng(seed)
+    vocab = len(learner.tokenizer)
+    prompts = [rng.integers(3, vocab, size=rng.integers(2, 7)).tolist() for _ in range(rows)]
+    completions = [rng.integers(3, vocab, size=rng.integers(1, 13)).tolist() for _ in range(rows)]
+    table = pa.table({"prompt_ids": prompts, "completion_ids": completions, "logprobs": [[0.0] * len(c) for c in completions]})
+    advantages = group_advantages(rng.random(rows), np.arange(rows) // 2)
+    batch = learner_batch(table, advantages, learner.tokenizer.pad_token_id)
+    inputs = {key: torch.tensor(value) for key, value in batch.items()}
+    with torch.no_grad():
+        logps = learner._logps(learner.model, inputs).numpy()
+    noise = rng.normal(scale=0.3, size=logps.shape).astype(np.float32)
+    batch["old_per_token_logps"] = (logps + noise) * batch["completion_mask"]
+    return batch
+
+
+def _gradients(learner, batch, micro_batch_size):
+    metrics = learner.accumulate_gradients(batch, micro_batch_size)
+    grads = {name: p.grad.clone() for name, p in learner.model.named_parameters() if p.grad is not None}
+    learner.optimizer.zero_grad(set_to_none=True)
+    return metrics, grads
+
+
+@pytest.mark.parametrize(
+    "loss_type,beta",
+    [("dapo", 0.0), ("grpo", 0.0), ("bnpo", 0.0), ("dr_grpo", 0.0), ("cispo", 0.0), ("sapo", 0.0), ("dapo", 0.1)],
+)
+def test_micro_batches_give_the_gradient_and_loss_of_the_whole_step(tiny, loss_type, beta):
+    config = TrainConfig(num_generations=2, prompts_per_step=5, max_steps=1, loss_type=loss_type, beta=beta)
+    learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    batch = _uneven_batch(learner)  # 10 samples: micro-batches of 4, 4 and 2
+    whole, whole_grads = _gradients(learner, batch, None)
+    split, split_grads = _gradients(learner, batch, 4)
+    assert whole_grads.keys() == split_grads.keys() and whole_grads
+    worst = max(float((whole_grads[name] - split_grads[name]).abs().max()) for name in whole_grads)
+    assert worst <= 1e-5
+    assert split["loss"] == pytest.approx(whole["loss"], abs=1e-6) and whole["loss"] != 0.0
+    assert split["rollout/logprob_abs_diff"] == pytest.approx(whole["rollout/logprob_abs_diff"], abs=1e-6)
+    assert split["rollout/logprob_max_abs_diff"] == pytest.approx(whole["rollout/logprob_max_abs_diff"], abs=1e-6)
+
+
+def test_micro_batch_size_from_the_config_drives_the_step(tiny):
+    config = TrainConfig(num_generations=2, prompts_per_step=5, max_steps=2, learner={"micro_batch_size": 3})
+    learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    metrics = learner.train_step(_uneven_batch(learner))
+    assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0 and learner.policy_version == 1

@@ -1,0 +1,48 @@
+"""How many GPUs the learner gets, decided once the cluster is known.
+
+`learner.num_gpus: null` (the default) means one GPU when the cluster has GPUs and none otherwise,
+so the same config (the embedded default included) trains on a laptop and on a GPU machine. The
+device of the weight sync follows the cluster (NCCL when it has GPUs), and NCCL sends from the
+learner's GPU: an explicit `num_gpus: 0` on a GPU cluster is refused instead of failing at the first
+sync. On one node (local placement) the GPUs the run needs are counted before anything starts: NCCL
+cannot put two ranks (the learner and an engine) on the same GPU, so the learner cannot share one.
+"""
+
+from __future__ import annotations
+
+from orchestrator.config.train import TrainConfig
+from orchestrator.contracts.errors import UserError
+
+
+def learner_gpus(config: TrainConfig, cluster_gpus: float, local: bool) -> int:
+    """The learner's GPU count for a cluster with `cluster_gpus` GPUs; `local`: one node, no labels."""
+    configured = config.learner.num_gpus
+    if configured is None:
+        gpus = 1 if cluster_gpus > 0 else 0
+    elif configured == 0 and cluster_gpus > 0:
+        raise UserError(
+            f"learner.num_gpus is 0 but the cluster has {cluster_gpus:g} GPUs: weights reach GPU engines over "
+            "NCCL from the learner's GPU, so the learner needs one; set learner.num_gpus to 1 or to null "
+            "(one GPU whenever the cluster has GPUs)"
+        )
+    else:
+        gpus = configured
+    rollout = config.rollout
+    engine_gpus = rollout.engines * rollout.tensor_parallel_size if cluster_gpus > 0 else 0
+    # Across nodes the autoscaler may still add GPU nodes; on one node what is there is all there is.
+    if local and gpus + engine_gpus > cluster_gpus:
+        raise UserError(
+            f"this machine has {cluster_gpus:g} GPUs but the run needs {gpus + engine_gpus}: rollout.engines "
+            f"({rollout.engines}) x rollout.tensor_parallel_size ({rollout.tensor_parallel_size}) for the engines "
+            f"plus learner.num_gpus ({gpus}); the learner cannot share an engine's GPU (NCCL needs one GPU per "
+            "rank), so lower rollout.engines or use a machine with more GPUs"
+        )
+    return gpus
+
+
+def with_learner_gpus(config: TrainConfig, local: bool) -> TrainConfig:
+    """`config` with `learner.num_gpus` decided for the Ray cluster this process is connected to."""
+    import ray
+
+    gpus = learner_gpus(config, ray.cluster_resources().get("GPU", 0), local)
+    return config.model_copy(update={"learner": config.learner.model_copy(update={"num_gpus": gpus})})

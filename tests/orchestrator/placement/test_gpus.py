@@ -1,0 +1,39 @@
+"""The learner's GPU count: chosen from the cluster when `learner.num_gpus` is null, and a clear error
+instead of a hang or a failed first sync when the config cannot work on the cluster."""
+
+import pytest
+
+from orchestrator.config.train import TrainConfig
+from orchestrator.contracts.errors import UserError
+from orchestrator.placement.gpus import learner_gpus
+
+
+def test_the_default_takes_a_gpu_exactly_when_the_cluster_has_gpus():
+    config = TrainConfig()
+    assert config.learner.num_gpus is None
+    assert learner_gpus(config, cluster_gpus=0, local=True) == 0
+    assert learner_gpus(config, cluster_gpus=2, local=True) == 1
+    assert learner_gpus(config, cluster_gpus=8, local=False) == 1
+
+
+def test_an_explicit_count_is_kept():
+    assert learner_gpus(TrainConfig(learner={"num_gpus": 0}), cluster_gpus=0, local=True) == 0
+    assert learner_gpus(TrainConfig(learner={"num_gpus": 2}), cluster_gpus=4, local=True) == 2
+    # Across nodes GPU nodes may still be joining: the placement deadline decides, not this count.
+    assert learner_gpus(TrainConfig(learner={"num_gpus": 1}), cluster_gpus=0, local=False) == 1
+
+
+def test_a_cpu_learner_on_a_gpu_cluster_is_refused_naming_the_key():
+    with pytest.raises(UserError, match=r"learner.num_gpus is 0 but the cluster has 4 GPUs.*set learner.num_gpus to 1 or to null"):
+        learner_gpus(TrainConfig(learner={"num_gpus": 0}), cluster_gpus=4, local=False)
+
+
+def test_one_machine_without_enough_gpus_for_learner_and_engines_fails_before_starting():
+    config = TrainConfig(rollout={"engines": 2, "tensor_parallel_size": 2})
+    with pytest.raises(UserError, match=r"has 4 GPUs but the run needs 5: rollout.engines \(2\) x rollout.tensor_parallel_size \(2\)"):
+        learner_gpus(config, cluster_gpus=4, local=True)
+    assert learner_gpus(config, cluster_gpus=5, local=True) == 1
+    with pytest.raises(UserError, match="has 1 GPUs but the run needs 2"):  # one GPU: the learner cannot share it
+        learner_gpus(TrainConfig(), cluster_gpus=1, local=True)
+    with pytest.raises(UserError, match="has 0 GPUs but the run needs 1"):
+        learner_gpus(TrainConfig(learner={"num_gpus": 1}), cluster_gpus=0, local=True)
