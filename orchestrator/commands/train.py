@@ -40,6 +40,8 @@ def run_train(args: argparse.Namespace) -> int:
 
     from orchestrator.training.loop import GRPORun, start_components
 
+    if checked.chat_template is not None:  # the learner may be on another node: send the text, not the path
+        config = config.model_copy(update={"chat_template": checked.chat_template})
     components = start_components(
         config,
         model,
@@ -49,7 +51,9 @@ def run_train(args: argparse.Namespace) -> int:
         max_prompt_tokens=checked.longest_prompt,
     )
     try:
-        metrics = GRPORun(config, checked.prompts, run_dir, components, resume, checked.columns).run()
+        metrics = GRPORun(
+            config, checked.prompts, run_dir, components, resume, checked.columns, checked.conversations, checked.eval_set
+        ).run()
     finally:
         _stop(components)
     first, last = metrics[0], metrics[-1]

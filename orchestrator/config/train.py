@@ -30,7 +30,9 @@ class LearnerConfig(StrictModel):
 class TrainConfig(StrictModel):
     # What to train
     model: str | None = Field(
-        None, description="Model folder or hub name; null (or builtin:search) or builtin:lookup for a built-in tiny model."
+        None,
+        description="Model folder or hub name; null (or builtin:search), builtin:lookup or builtin:chat (a ChatML chat "
+        "model) for a built-in tiny model.",
     )
     tokenizer: str | None = Field(None, description="Learner tokenizer (folder or name); default: the model's.")
     added_tokens: list[str] = Field(
@@ -38,7 +40,9 @@ class TrainConfig(StrictModel):
     )
     # Data and rewards
     prompts: str = Field(
-        "builtin:search", description="Prompt file (.jsonl/.parquet, 'prompt' column), 'builtin:search' or 'builtin:lookup'."
+        "builtin:search",
+        description="Prompt file (.jsonl/.parquet or a datasets.save_to_disk folder; a 'prompt' column of strings or of "
+        "{role, content} message lists), 'builtin:search', 'builtin:lookup' or 'builtin:arithmetic'.",
     )
     prompts_per_step: int = Field(4, ge=1, description="Groups per step; samples per step = this x num_generations.")
     reward_funcs: list[str] = Field(
@@ -50,6 +54,32 @@ class TrainConfig(StrictModel):
         None,
         description="If set, a sample whose reward function raises or returns NaN scores this and is counted "
         "(metric reward_errors); if null, the run stops with an error naming the function and the sample.",
+    )
+    # Chat prompts (TRL's conversational format: see data/conversations.py)
+    chat_template: str | None = Field(
+        None,
+        description="Jinja chat template (a file, or the template itself) replacing the tokenizer's; conversational "
+        "prompts are rendered with it, and the learner's tokenizer (shipped to engines, saved in checkpoints) carries it.",
+    )
+    system_prompt: str | None = Field(
+        None, description="A system message put first in every conversational prompt that does not bring its own."
+    )
+    # Evaluation on held-out prompts (see training/evaluation.py)
+    eval_prompts: str | None = Field(
+        None,
+        description="Held-out prompts, same formats as `prompts` (or 'builtin:arithmetic_eval'); generated on with the "
+        "current weights every eval_steps and scored with reward_funcs, never trained on. Null: no evaluation.",
+    )
+    eval_steps: int = Field(10, ge=1, description="Evaluate after every N training steps, and after the last one.")
+    eval_num_generations: int = Field(4, ge=1, description="Samples per eval prompt: the k of eval/pass@k.")
+    eval_temperature: float | None = Field(
+        None, ge=0.0, description="Sampling temperature for evaluation; 0 is greedy; null: the training temperature."
+    )
+    # Experiment tracking (see training/trackers.py)
+    report_to: list[Literal["tensorboard", "wandb"]] = Field(
+        default_factory=list,
+        description="Trackers that get every metrics.jsonl line under the same names: 'tensorboard' (event files in "
+        "the run folder's tensorboard/) and 'wandb' (optional package; WANDB_MODE=offline works without network).",
     )
     # GRPO (TRL GRPOConfig names)
     num_generations: int = Field(8, ge=2, description="Samples per prompt (the group size).")

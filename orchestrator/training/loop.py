@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from orchestrator.config.train import TrainConfig
+from orchestrator.data.conversations import encode, reward_inputs
 from orchestrator.data.stream import PromptStream
 from orchestrator.errors import RunError
 from orchestrator.rollout.groups import GroupRequest
@@ -31,9 +32,12 @@ from orchestrator.rollout.table import rollout_table, write_parquet
 from orchestrator.training import plots
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
+from orchestrator.training.evaluation import Evaluation
+from orchestrator.training.evaluation import progress_line as eval_progress_line
 from orchestrator.training.metrics import MetricsLog, progress_line, read_metrics, rollout_metrics
 from orchestrator.training.reward_batches import RewardBatches
 from orchestrator.training.run_dir import ResumeState, RunDir
+from orchestrator.training.trackers import make_trackers
 
 
 # Names the reward call itself uses; a dataset column with one of these names is not forwarded.
@@ -60,9 +64,16 @@ class GRPORun:
         components: Components,
         resume: ResumeState | None = None,
         columns: list[dict] | None = None,
+        conversations: list[list[dict]] | None = None,
+        eval_set=None,
     ):
-        """`columns`: each prompt's other dataset columns, passed to reward functions by name."""
+        """`columns`: each prompt's other dataset columns, passed to reward functions by name.
+        `conversations`: each prompt's messages when the prompts are conversations (`prompts` are
+        then their rendered text). `eval_set`: held-out prompts (training/evaluation.py)."""
         self.config = config
+        # Chat prompts, evaluation, trackers: data/conversations.py, training/{evaluation,trackers}.py
+        self.conversations = conversations
+        self.evaluation = Evaluation(config, eval_set, components.tokenizer) if eval_set is not None else None
         self.columns = columns or [{} for _ in prompts]
         self.run_dir = run_dir
         self.parts = components
@@ -91,12 +102,18 @@ class GRPORun:
         """Run the remaining steps. Ctrl-C finishes the current step, checkpoints and returns;
         a second Ctrl-C aborts at once."""
         log = MetricsLog(self.run_dir.metrics)
+        trackers = make_trackers(self.config.report_to, self.run_dir.root, self.config.model_dump(mode="json"))
         previous = signal.signal(signal.SIGINT, self._on_interrupt)
         try:
             for step in range(self.first_step, self.config.max_steps + 1):
                 metrics = self.step(step)
+                if self.evaluation is not None and (self.evaluation.due(step) or self._stop_requested):
+                    metrics.update(self._evaluate(step))
                 log.write(metrics)
+                trackers.log(metrics)
                 print(progress_line(metrics, self.config.max_steps), flush=True)
+                if "eval/reward_mean" in metrics:
+                    print(eval_progress_line(metrics), flush=True)
                 last = step == self.config.max_steps or self._stop_requested
                 if step % self.config.plot_steps == 0 or last:
                     plots.draw(read_metrics(self.run_dir.metrics), self.run_dir.plots)
@@ -108,6 +125,7 @@ class GRPORun:
         finally:
             signal.signal(signal.SIGINT, previous)
             log.close()
+            trackers.close()
             self._executor.shutdown(wait=True)  # a background generation finishes before the pool stops
         return read_metrics(self.run_dir.metrics)
 
@@ -128,6 +146,12 @@ class GRPORun:
         scoring = RewardBatches(lambda batch, results: self._score(rollout_table(batch, results)))
         results = self.parts.pool.generate(requests, on_result=lambda result: scoring.add(by_id[result.group_id], result))
         return rollout_table(requests, results), (requests, scoring.close())
+
+    def _evaluate(self, step: int) -> dict:
+        """The held-out prompts with the weights this step produced, generated on the thread that
+        owns the pool (see `_generate`); never trained on, and the prompt stream does not move."""
+        folder = self.run_dir.root / "eval"
+        return self._executor.submit(self.evaluation.run, self.parts.pool.generate, step, folder).result()
 
     def _submit_generation(self):
         requests = self._requests(self.config.prompts_per_step)  # the stream advances on the main thread
@@ -219,7 +243,7 @@ class GRPORun:
                 group_id=item.group_id,
                 prompt_index=item.prompt_index,
                 prompt=item.prompt,
-                prompt_ids=tokenizer(item.prompt)["input_ids"],
+                prompt_ids=encode(tokenizer, item.prompt, self.conversations is not None),
                 num_generations=self.config.num_generations,
                 sampling=self.sampling,
                 tools=self.tool_use,
@@ -237,11 +261,14 @@ class GRPORun:
         prompt_index = table.column("prompt_index").to_pylist()
         keys = [key for key in self.columns[0] if key not in RESERVED_REWARD_KWARGS]
         dataset = {key: [self.columns[i].get(key) for i in prompt_index] for key in keys}
+        prompts, completions = reward_inputs(  # TRL's conversational shapes when prompts are chats
+            self.conversations, prompt_index, table.column("prompt").to_pylist(), table.column("completion").to_pylist()
+        )
         return self._reward_task.remote(
             self.config.reward_funcs,
             self.config.reward_weights,
-            table.column("prompt").to_pylist(),
-            table.column("completion").to_pylist(),
+            prompts,
+            completions,
             table.column("completion_ids").to_pylist(),
             **dataset,
             group_id=table.column("group_id").to_pylist(),

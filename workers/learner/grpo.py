@@ -35,7 +35,7 @@ class GRPOLearner:
         torch.manual_seed(config.seed)
         self.config = config
         self._scratch = tempfile.TemporaryDirectory(prefix="grpo-learner-")
-        self.tokenizer = load_tokenizer(tokenizer, config.added_tokens)
+        self.tokenizer = load_tokenizer(tokenizer, config.added_tokens, chat_template=config.chat_template)
         model = load_model(model, self.tokenizer, resize=bool(config.added_tokens))
         use_cpu = not (torch.cuda.is_available() and config.learner.num_gpus > 0)
         args = GRPOConfig(
