@@ -35,7 +35,8 @@ def check_conversation(value, where: str) -> list[dict]:
     if not value:
         raise ConversationError(f"{where}: empty conversation (expected at least one {{role, content}} message)")
     for index, message in enumerate(value):
-        missing = [key for key in ("role", "content") if key not in message]
+        # (Parquet and saved datasets give a message's absent fields as None)
+        missing = [key for key in ("role", "content") if message.get(key) is None]
         if missing:
             raise ConversationError(f"{where}: message {index} has no {' or '.join(repr(k) for k in missing)} (expected {{role, content}})")
         if message["role"] not in ROLES:

@@ -112,3 +112,12 @@ def test_parquet_and_saved_dataset_folders(tmp_path):
     Dataset.from_dict({"prompt": [SINGLE, [{"role": "robot", "content": "x"}]]}).save_to_disk(str(tmp_path / "bad"))
     with pytest.raises(UserError, match=r"bad row 1: message 0 has unknown role 'robot'"):
         read_records(tmp_path / "bad")
+
+
+def test_a_parquet_message_without_content_names_the_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"prompt": [SINGLE, [{"role": "user"}]]}), tmp_path / "p.parquet")
+    with pytest.raises(UserError, match=r"p.parquet row 1: message 0 has no 'content'"):
+        read_records(tmp_path / "p.parquet")
