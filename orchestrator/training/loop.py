@@ -32,7 +32,7 @@ from orchestrator.rollout.table import rollout_table, write_parquet
 from orchestrator.training import plots
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
-from orchestrator.training.evaluation import Evaluation
+from orchestrator.training.evaluation import EvalSet, Evaluation
 from orchestrator.training.evaluation import progress_line as eval_progress_line
 from orchestrator.training.metrics import MetricsLog, progress_line, read_metrics, rollout_metrics
 from orchestrator.training.reward_batches import RewardBatches
@@ -65,7 +65,7 @@ class GRPORun:
         resume: ResumeState | None = None,
         columns: list[dict] | None = None,
         conversations: list[list[dict]] | None = None,
-        eval_set=None,
+        eval_set: EvalSet | None = None,
     ):
         """`columns`: each prompt's other dataset columns, passed to reward functions by name.
         `conversations`: each prompt's messages when the prompts are conversations (`prompts` are
