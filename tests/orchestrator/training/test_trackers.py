@@ -26,3 +26,13 @@ def test_a_missing_tracker_package_is_named(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     with pytest.raises(UserError, match=r"report_to: 'wandb' needs the wandb package, which is not installed"):
         check_available(["tensorboard", "wandb"])
+
+
+def test_wandb_offline_writes_its_run_in_the_run_folder(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")  # optional: not part of the install
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    trackers = make_trackers(["wandb"], tmp_path, {"learning_rate": 5e-4})
+    trackers.log({"step": 1, "reward_mean": 0.5, "eval/reward_mean": 0.25})
+    trackers.close()
+    assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
