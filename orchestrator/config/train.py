@@ -73,7 +73,10 @@ class TrainConfig(StrictModel):
     eval_steps: int = Field(10, ge=1, description="Evaluate after every N training steps, and after the last one.")
     eval_num_generations: int = Field(4, ge=1, description="Samples per eval prompt: the k of eval/pass@k.")
     eval_temperature: float | None = Field(
-        None, ge=0.0, description="Sampling temperature for evaluation; 0 is greedy; null: the training temperature."
+        None,
+        ge=0.0,
+        description="Sampling temperature for evaluation; null: the training temperature. 0 is greedy, one completion "
+        "per prompt (eval_num_generations: 1).",
     )
     # Experiment tracking (see training/trackers.py)
     report_to: list[Literal["tensorboard", "wandb"]] = Field(
@@ -141,6 +144,11 @@ class TrainConfig(StrictModel):
             )
         if not self.reward_funcs:
             raise ValueError("reward_funcs is empty: at least one reward function is needed")
+        if self.eval_temperature == 0 and self.eval_num_generations > 1:  # vLLM refuses n > 1 when greedy
+            raise ValueError(
+                f"eval_temperature: 0 is greedy, which gives one completion per prompt; set eval_num_generations: 1 "
+                f"(got {self.eval_num_generations}) or a temperature above 0"
+            )
         for key in ("name", "end"):
             values = [getattr(tool, key) for tool in self.tools]
             repeated = sorted({v for v in values if values.count(v) > 1})

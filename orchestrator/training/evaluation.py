@@ -4,7 +4,7 @@ weights, and the reward functions score the samples. Nothing here is trained on.
     eval_prompts: builtin:arithmetic_eval   # or a file/folder in the same formats as `prompts`
     eval_steps: 5                           # after steps 5, 10, ... and after the last step
     eval_num_generations: 4                 # the k of eval/pass@k
-    eval_temperature: 0                     # greedy (null: the training temperature)
+    eval_temperature: 1.0                   # 0 is greedy (then eval_num_generations: 1); null: as training
 
 What it records, on the metrics.jsonl line of the step it follows: `eval/reward_mean`,
 `eval/reward_std`, `eval/pass@1` (share of samples that pass), `eval/pass@K` (share of prompts with

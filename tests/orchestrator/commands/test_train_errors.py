@@ -167,3 +167,8 @@ def test_conversations_with_a_tokenizer_without_a_template_name_the_tokenizer(tm
 def test_eval_prompts_are_checked_like_prompts(tmp_path, capsys, prompts_file):
     bad = prompts_file([json.dumps({"prompt": "ok"}), '{"prompt": "broken'])
     assert f"{bad}:2: invalid JSON" in _train(tmp_path, capsys, f"eval_prompts={bad}")
+
+
+def test_greedy_evaluation_wants_one_generation(tmp_path, capsys):
+    err = _train(tmp_path, capsys, "eval_prompts=builtin:arithmetic_eval", "eval_temperature=0", "eval_num_generations=4")
+    assert "eval_temperature: 0 is greedy, which gives one completion per prompt; set eval_num_generations: 1" in err
