@@ -121,3 +121,12 @@ def test_a_parquet_message_without_content_names_the_row(tmp_path):
     pq.write_table(pa.table({"prompt": [SINGLE, [{"role": "user"}]]}), tmp_path / "p.parquet")
     with pytest.raises(UserError, match=r"p.parquet row 1: message 0 has no 'content'"):
         read_records(tmp_path / "p.parquet")
+
+
+def test_generate_takes_string_prompts_only(tmp_path):
+    from orchestrator.data.prompts import read_prompts
+
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": SINGLE}) + "\n")
+    with pytest.raises(UserError, match=r"these prompts are conversations; this command takes string prompts"):
+        read_prompts(path)

@@ -58,7 +58,7 @@ def test_metrics_pass_at_k_and_the_eval_parquet(tmp_path):
 
 
 def test_eval_groups_and_seeds_stay_apart_from_training_and_repeat_each_round(tmp_path):
-    ev, _ = evaluation(eval_temperature=0.0)
+    ev, _ = evaluation(eval_temperature=0.5)
     stream = PromptStream(["a", "b", "c"], seed=3)
     before = stream.take(2)
     generate, sent = answering(["#### 1", "#### 2"])
@@ -68,5 +68,5 @@ def test_eval_groups_and_seeds_stay_apart_from_training_and_repeat_each_round(tm
     ids = [gid for round_ in rounds for gid, _ in round_]
     assert min(ids) >= EVAL_GROUP_BASE and len(set(ids)) == len(ids)  # fresh ids every round
     assert [seed for _, seed in rounds[0]] == [seed for _, seed in rounds[1]]  # same noise every round
-    assert sent[0][0].sampling.temperature == 0.0 and sent[0][0].num_generations == 2
+    assert sent[0][0].sampling.temperature == 0.5 and sent[0][0].num_generations == 2
     assert stream.position == 2 and stream.take(1)[0].group_id == 2 and before[1].group_id == 1

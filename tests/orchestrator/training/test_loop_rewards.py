@@ -35,3 +35,23 @@ def test_groups_scored_separately_merge_in_request_order():
     first = {"reward": [1.0, 0.0], "rewards/a": [1.0, 0.0], "reward_errors": 1}
     second = {"reward": [0.5, 0.5], "rewards/a": [0.5, 0.5], "reward_errors": 0}
     assert _merge_scores([first, second]) == {"reward": [1.0, 0.0, 0.5, 0.5], "rewards/a": [1.0, 0.0, 0.5, 0.5], "reward_errors": 1}
+
+
+def test_conversational_prompts_reach_reward_functions_in_trls_shapes(tmp_path, ray_session):
+    chat = [{"role": "user", "content": "What is 1 + 1?"}]
+    reward = tmp_path / "shapes.py"
+    reward.write_text(
+        "def shapes(prompts, completions, **kw):\n"
+        "    assert prompts == [[{'role': 'user', 'content': 'What is 1 + 1?'}]] * 2, prompts\n"
+        "    assert completions == [[{'role': 'assistant', 'content': c}] for c in ('2', '3')], completions\n"
+        "    return [1.0, 0.0]\n"
+    )
+    config = TrainConfig(reward_funcs=[f"{reward}:shapes"], num_generations=2)
+    parts = types.SimpleNamespace(pool=types.SimpleNamespace(on_engine_ready=None))
+    rendered = "<|im_start|>user\nWhat is 1 + 1?<|im_end|>\n<|im_start|>assistant\n"
+    run = GRPORun(config, [rendered], RunDir(tmp_path / "run"), parts, columns=[{}], conversations=[chat])
+    table = pa.table({
+        "prompt_index": [0, 0], "group_id": [0, 0], "sample_index": [0, 1], "prompt": [rendered] * 2,
+        "completion": ["2", "3"], "completion_ids": [[1], [1]], "finish_reason": ["stop"] * 2, "stop_reason": [None] * 2,
+    })
+    assert _unwrap(run._score(table))["reward"] == [1.0, 0.0]
