@@ -37,10 +37,10 @@ generate: install
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS) $(ARGS)
 
-# Regenerates every figure of the runs shown in README.md (plots and tables): the default run and
-# the tool-rollout demo.
+# Regenerates every figure of the runs shown in README.md (plots and tables): the default run, the
+# tool-rollout demo and the chat demo.
 docs: install
-	rm -rf runs/docs-default runs/docs-lookup
+	rm -rf runs/docs-default runs/docs-lookup runs/docs-chat
 	$(PY) -m orchestrator train output_dir=runs/docs-default
 	mkdir -p docs
 	cp runs/docs-default/plots/reward.png docs/default-reward.png
@@ -49,6 +49,9 @@ docs: install
 	$(PY) -m orchestrator train --config configs/tools/lookup.yaml output_dir=runs/docs-lookup
 	cp runs/docs-lookup/plots/reward.png docs/lookup-reward.png
 	$(PY) -m orchestrator report runs/docs-lookup > docs/lookup-run.md
+	$(PY) -m orchestrator train --config configs/chat/arithmetic.yaml output_dir=runs/docs-chat
+	cp runs/docs-chat/plots/reward.png docs/chat-reward.png
+	$(PY) -m orchestrator report runs/docs-chat > docs/chat-run.md
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache

@@ -12,14 +12,20 @@ from orchestrator.contracts.errors import UserError
 
 def resolve_model(model: str | None, tokenizer: str | None, keys: tuple[str, str] = ("model", "tokenizer")) -> tuple[str, str]:
     """(model, tokenizer) as paths or hub names. None (or 'builtin:search') is the built-in tiny
-    model of the search task, 'builtin:lookup' the one of the lookup-tool task. `keys` are the names
-    the user gave them (config keys or command-line flags), for the errors."""
+    model of the search task, 'builtin:lookup' the one of the lookup-tool task, 'builtin:chat' the tiny
+    chat model (one folder with weights and a ChatML tokenizer, like a hub chat model). `keys` are the
+    names the user gave them (config keys or command-line flags), for the errors."""
+    if model == "builtin:chat":
+        from orchestrator.builtin.chat_model import chat_model
+
+        folder = str(chat_model())
+        return folder, tokenizer or folder
     if model is None or model.startswith("builtin:"):
         from orchestrator.builtin.tiny_model import TASKS, TinyModelSpec, tiny_model
 
         task = "search" if model is None else model.removeprefix("builtin:")
         if task not in TASKS:
-            raise UserError(f"model: unknown built-in {model!r} (built-ins: {', '.join('builtin:' + t for t in TASKS)})")
+            raise UserError(f"model: unknown built-in {model!r} (built-ins: {', '.join('builtin:' + t for t in [*TASKS, 'chat'])})")
         built = tiny_model(TinyModelSpec(task=task))
         return str(built.model_dir), tokenizer or str(built.tokenizer_dir)
     model, tokenizer = _expand(model), _expand(tokenizer)

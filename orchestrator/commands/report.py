@@ -48,7 +48,23 @@ def report(metrics: list[dict]) -> str:
     ]
     if "tools/calls" in metrics[0]:
         lines += ["", _tool_line(metrics, steady)]
+    evaluated = [m for m in metrics if "eval/reward_mean" in m]
+    if evaluated:
+        lines += ["", *_eval_table(evaluated)]
     return "\n".join(lines)
+
+
+def _eval_table(evaluated: list[dict]) -> list[str]:
+    """Held-out evaluation rounds (training/evaluation.py), one row each."""
+    passes = sorted({key for m in evaluated for key in m if key.startswith("eval/pass@")}, key=lambda k: int(k.split("@")[1]))
+    lines = [
+        "| eval after step | reward | " + " | ".join(p.removeprefix("eval/") for p in passes) + " | completion length | samples |",
+        "|---|---|" + "---|" * len(passes) + "---|---|",
+    ]
+    for m in evaluated:
+        cells = " | ".join(f"{m[p]:.3f}" for p in passes)
+        lines.append(f"| {m['step']} | {m['eval/reward_mean']:.3f} | {cells} | {m['eval/completion_length']:.1f} | {m['eval/samples']} |")
+    return lines
 
 
 def _tool_line(metrics: list[dict], steady: list[dict]) -> str:

@@ -45,6 +45,8 @@ def run_train(args: argparse.Namespace) -> int:
     from orchestrator.launch import start_training
     from orchestrator.training.loop import GRPORun
 
+    if checked.chat_template is not None:  # the learner may be on another node: send the text, not the path
+        config = config.model_copy(update={"chat_template": checked.chat_template})
     components = start_training(
         config,
         model,
@@ -54,7 +56,9 @@ def run_train(args: argparse.Namespace) -> int:
         max_prompt_tokens=checked.longest_prompt,
     )
     try:
-        metrics = GRPORun(config, checked.prompts, run_dir, components, resume, checked.columns).run()
+        metrics = GRPORun(
+            config, checked.prompts, run_dir, components, resume, checked.columns, checked.conversations, checked.eval_set
+        ).run()
     finally:
         components.shutdown()
     first, last = metrics[0], metrics[-1]

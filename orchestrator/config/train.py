@@ -29,12 +29,16 @@ class WeightSyncConfig(StrictModel):
 class TrainConfig(GRPOSettings):
     # What to train
     model: str | None = Field(
-        None, description="Model folder or hub name; null (or builtin:search) or builtin:lookup for a built-in tiny model."
+        None,
+        description="Model folder or hub name; null (or builtin:search), builtin:lookup or builtin:chat (a ChatML chat "
+        "model) for a built-in tiny model.",
     )
     tokenizer: str | None = Field(None, description="Learner tokenizer (folder or name); default: the model's.")
     # Data and rewards
     prompts: str = Field(
-        "builtin:search", description="Prompt file (.jsonl/.parquet, 'prompt' column), 'builtin:search' or 'builtin:lookup'."
+        "builtin:search",
+        description="Prompt file (.jsonl/.parquet or a datasets.save_to_disk folder; a 'prompt' column of strings or of "
+        "{role, content} message lists), 'builtin:search', 'builtin:lookup' or 'builtin:arithmetic'.",
     )
     max_prompt_length: int | None = Field(None, ge=1, description="Longest prompt in tokens; longer prompts are an error.")
     drop_long_prompts: bool = Field(False, description="Skip prompts over max_prompt_length (counted) instead of failing.")
@@ -54,6 +58,30 @@ class TrainConfig(GRPOSettings):
         description="Samples per reward task while generation runs: groups are scored together once this many "
         "wait, the rest when generation ends (a step smaller than this is scored once, at the end). Lower it "
         "for slow reward functions, so that scoring overlaps generation sooner.",
+    )
+    # Chat prompts (TRL's conversational format: see data/conversations.py)
+    system_prompt: str | None = Field(
+        None, description="A system message put first in every conversational prompt that does not bring its own."
+    )
+    # Evaluation on held-out prompts (see training/evaluation.py)
+    eval_prompts: str | None = Field(
+        None,
+        description="Held-out prompts, same formats as `prompts` (or 'builtin:arithmetic_eval'); generated on with the "
+        "current weights every eval_steps and scored with reward_funcs, never trained on. Null: no evaluation.",
+    )
+    eval_steps: int = Field(10, ge=1, description="Evaluate after every N training steps, and after the last one.")
+    eval_num_generations: int = Field(4, ge=1, description="Samples per eval prompt: the k of eval/pass@k.")
+    eval_temperature: float | None = Field(
+        None,
+        ge=0.0,
+        description="Sampling temperature for evaluation; null: the training temperature. 0 is greedy, one completion "
+        "per prompt (eval_num_generations: 1).",
+    )
+    # Experiment tracking (see training/trackers.py)
+    report_to: list[Literal["tensorboard", "wandb"]] = Field(
+        default_factory=list,
+        description="Trackers that get every metrics.jsonl line under the same names: 'tensorboard' (event files in "
+        "the run folder's tensorboard/) and 'wandb' (optional package; WANDB_MODE=offline works without network).",
     )
     max_staleness: int = Field(
         0,
@@ -95,6 +123,11 @@ class TrainConfig(GRPOSettings):
             )
         if not self.reward_funcs:
             raise ValueError("reward_funcs is empty: at least one reward function is needed")
+        if self.eval_temperature == 0 and self.eval_num_generations > 1:  # vLLM refuses n > 1 when greedy
+            raise ValueError(
+                f"eval_temperature: 0 is greedy, which gives one completion per prompt; set eval_num_generations: 1 "
+                f"(got {self.eval_num_generations}) or a temperature above 0"
+            )
         for key in ("name", "end"):
             values = [getattr(tool, key) for tool in self.tools]
             repeated = sorted({v for v in values if values.count(v) > 1})

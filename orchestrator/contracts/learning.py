@@ -35,6 +35,12 @@ class GRPOSettings(StrictModel):
     added_tokens: list[str] = Field(
         default_factory=list, description="Special tokens added to the tokenizer (embeddings resized) before anything else."
     )
+    # The chat template the learner's tokenizer carries (TRL's conversational format: data/conversations.py)
+    chat_template: str | None = Field(
+        None,
+        description="Jinja chat template (a file, or the template itself) replacing the tokenizer's; conversational "
+        "prompts are rendered with it, and the learner's tokenizer (shipped to engines, saved in checkpoints) carries it.",
+    )
     prompts_per_step: int = Field(4, ge=1, description="Groups per step; samples per step = this x num_generations.")
     # GRPO (TRL GRPOConfig names)
     num_generations: int = Field(8, ge=2, description="Samples per prompt (the group size).")

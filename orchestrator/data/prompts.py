@@ -1,4 +1,5 @@
-"""Read prompts from a `.jsonl` or `.parquet` file with a "prompt" column.
+"""Read prompts from a `.jsonl` or `.parquet` file, or a `datasets.save_to_disk` folder, with a
+"prompt" column: a string, or a conversation (a list of {role, content} messages; conversations.py).
 
 Every problem is reported before any engine starts, with the file and line (or row) to fix.
 """
@@ -9,6 +10,7 @@ import json
 from pathlib import Path
 
 from orchestrator.contracts.errors import UserError
+from orchestrator.data.conversations import check_conversation, is_conversation
 
 
 class PromptFileError(UserError):
@@ -16,7 +18,10 @@ class PromptFileError(UserError):
 
 
 def read_prompts(path: str | Path, column: str = "prompt") -> list[str]:
-    return [record[column] for record in read_records(path, column)]
+    prompts = [record[column] for record in read_records(path, column)]
+    if any(not isinstance(prompt, str) for prompt in prompts):
+        raise PromptFileError(f"{path}: these prompts are conversations; this command takes string prompts")
+    return prompts
 
 
 def read_records(path: str | Path, column: str = "prompt") -> list[dict]:
@@ -24,7 +29,7 @@ def read_records(path: str | Path, column: str = "prompt") -> list[dict]:
     keyword arguments, as with TRL)."""
     path = Path(path)
     if path.is_dir():
-        raise PromptFileError(f"prompts file {path} is a folder (expected a .jsonl or .parquet file)")
+        return _read_saved_dataset(path, column)
     if not path.is_file():
         raise PromptFileError(f"prompts file {path} does not exist (expected a .jsonl or .parquet file)")
     if path.suffix == ".jsonl":
@@ -79,7 +84,27 @@ def _read_parquet(path: Path, column: str) -> list[dict]:
     return prompts
 
 
-def _check(value, where: str) -> str:
+def _read_saved_dataset(path: Path, column: str) -> list[dict]:
+    """A folder written by `datasets.Dataset.save_to_disk` (its rows are checked like Parquet's)."""
+    from datasets import load_from_disk
+
+    try:
+        dataset = load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as error:
+        raise PromptFileError(f"prompts folder {path} is not a saved dataset ({str(error).splitlines()[0]})") from None
+    if column not in dataset.column_names:
+        raise PromptFileError(f"{path}: no {column!r} column (columns: {dataset.column_names})")
+    prompts = dataset.to_list()
+    for row, record in enumerate(prompts):
+        _check(record[column], f"{path} row {row}")
+    if not prompts:
+        raise PromptFileError(f"{path}: no prompts found")
+    return prompts
+
+
+def _check(value, where: str):
+    if is_conversation(value):
+        return check_conversation(value, where)
     if not isinstance(value, str):
         raise PromptFileError(f"{where}: prompt must be a string, got {type(value).__name__}")
     if not value.strip():

@@ -29,11 +29,14 @@ from orchestrator.training import plots
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
 from orchestrator.training.control import ControlFile
+from orchestrator.training.evaluation import EvalSet, Evaluation
+from orchestrator.training.evaluation import progress_line as eval_progress_line
 from orchestrator.training.metrics import MetricsLog, progress_line, read_metrics, rollout_metrics
 from orchestrator.training.prefetch import Prefetcher
 from orchestrator.training.requests import build_requests
 from orchestrator.training.run_dir import ResumeState, RunDir
 from orchestrator.training.scoring import StepScorer, StepScoring
+from orchestrator.training.trackers import make_trackers
 
 
 class GRPORun:
@@ -45,9 +48,15 @@ class GRPORun:
         components: Components,
         resume: ResumeState | None = None,
         columns: list[dict] | None = None,
+        conversations: list[list[dict]] | None = None,
+        eval_set: EvalSet | None = None,
     ):
-        """`columns`: each prompt's other dataset columns, passed to reward functions by name."""
+        """`columns`: each prompt's other dataset columns, passed to reward functions by name.
+        `conversations`: each prompt's messages when the prompts are conversations (`prompts` are
+        then their rendered text). `eval_set`: held-out prompts (training/evaluation.py)."""
         self.config = config
+        self.conversations = conversations
+        self.evaluation = Evaluation(config, eval_set, components.tokenizer) if eval_set is not None else None
         self.run_dir = run_dir
         self.parts = components
         resume = resume or ResumeState(step=0, stream_position=0, policy_version=0)
@@ -57,7 +66,8 @@ class GRPORun:
         self.sampling = config.sampling()
         self.tool_use = config.tool_use()
         self.scorer = StepScorer(
-            config.reward_funcs, config.reward_weights, config.reward_error_score, columns, config.reward_batch_samples
+            config.reward_funcs, config.reward_weights, config.reward_error_score, columns, config.reward_batch_samples,
+            conversations,
         )
         self._stop_requested = False
         self._control = ControlFile(run_dir.control)
@@ -74,12 +84,18 @@ class GRPORun:
         """Run the remaining steps. Ctrl-C finishes the current step, checkpoints and returns;
         a second Ctrl-C aborts at once."""
         log = MetricsLog(self.run_dir.metrics)
+        trackers = make_trackers(self.config.report_to, self.run_dir.root, self.config.model_dump(mode="json"))
         previous = signal.signal(signal.SIGINT, self._on_interrupt)
         try:
             for step in range(self.first_step, self.config.max_steps + 1):
                 metrics = self.step(step)
+                if self.evaluation is not None and (self.evaluation.due(step) or self._stop_requested):
+                    metrics.update(self._evaluate(step))
                 log.write(metrics)
+                trackers.log(metrics)
                 print(progress_line(metrics, self.config.max_steps), flush=True)
+                if "eval/reward_mean" in metrics:
+                    print(eval_progress_line(metrics), flush=True)
                 last = step == self.config.max_steps or self._stop_requested
                 if step % self.config.plot_steps == 0 or last:
                     plots.draw(read_metrics(self.run_dir.metrics), self.run_dir.plots)
@@ -91,6 +107,7 @@ class GRPORun:
         finally:
             signal.signal(signal.SIGINT, previous)
             log.close()
+            trackers.close()
             self._prefetch.shutdown()
         return read_metrics(self.run_dir.metrics)
 
@@ -109,9 +126,17 @@ class GRPORun:
         results = self.parts.pool.generate(requests, on_result=scoring.add)
         return rollout_table(requests, results), scoring.close()
 
+    def _evaluate(self, step: int) -> dict:
+        """The held-out prompts with the weights this step produced, generated on the thread that
+        owns the pool (see `_generate`); never trained on, and the prompt stream does not move."""
+        return self._prefetch.call(self.evaluation.run, self.parts.pool, step, self.run_dir.root / "eval")
+
     def _requests(self):
         items = self.stream.take(self.config.prompts_per_step)
-        return build_requests(items, self.parts.tokenizer, self.config.num_generations, self.sampling, self.tool_use)
+        return build_requests(
+            items, self.parts.tokenizer, self.config.num_generations, self.sampling, self.tool_use,
+            conversational=self.conversations is not None,
+        )
 
     def _next_batch(self, step: int) -> tuple[pa.Table, StepScoring]:
         """On-policy (max_staleness 0): generate now. Async (max_staleness >= 1): take the batch

@@ -1,4 +1,5 @@
-"""PNG plots of a run, redrawn from metrics.jsonl: reward per step and time per phase."""
+"""PNG plots of a run, redrawn from metrics.jsonl: reward per step (and the held-out eval reward
+where the run evaluates) and time per phase."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ def draw(metrics: list[dict], folder: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(steps, mean, marker="o", label="reward (mean over samples)")
     ax.fill_between(steps, [a - b for a, b in zip(mean, std)], [a + b for a, b in zip(mean, std)], alpha=0.2, label="± std")
+    evaluated = [m for m in metrics if "eval/reward_mean" in m]
+    if evaluated:  # held-out prompts (training/evaluation.py)
+        ax.plot([m["step"] for m in evaluated], [m["eval/reward_mean"] for m in evaluated], marker="s", label="eval reward (held out)")
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
     ax.grid(alpha=0.3)

@@ -23,6 +23,10 @@ class Prefetcher:
         self._groups = len(requests)
         self._next = self._executor.submit(self._generate, requests)
 
+    def call(self, fn, *args):
+        """`fn(*args)` on the generation thread, after whatever it is doing; waits for the result."""
+        return self._executor.submit(fn, *args).result()
+
     def take(self):
         """The batch submitted last (waits for it); nothing is ahead until the next `submit`."""
         future, self._next = self._next, None

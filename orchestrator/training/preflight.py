@@ -9,6 +9,7 @@ from pathlib import Path
 
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.errors import UserError
+from orchestrator.training.evaluation import EvalSet
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,10 +20,16 @@ class Checked:
     columns: list[dict]  # each prompt's other dataset columns (reward functions get them as kwargs)
     dropped_prompts: int
     longest_prompt: int  # tokens
+    # Chat prompts and evaluation (data/conversations.py, training/evaluation.py)
+    conversations: list[list[dict]] | None = None  # each prompt's messages, when the prompts are conversations
+    eval_set: EvalSet | None = None
+    chat_template: str | None = None  # the chat_template's text (a file read here), for the learner
 
 
 def preflight(config: TrainConfig) -> Checked:
+    from orchestrator.data.conversations import encode, read_chat_template, render_records, split_messages
     from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, resolve_model
+    from orchestrator.training.trackers import check_available
     from orchestrator.training.rewards import resolve
     from workers.learner.model_setup import load_tokenizer
 
@@ -30,16 +37,39 @@ def preflight(config: TrainConfig) -> Checked:
     for spec in config.reward_funcs:
         resolve(spec)
     _check_tools(config)
+    check_available(config.report_to)
     model, tokenizer_name = resolve_model(config.model, config.tokenizer)
-    tokenizer = load_tokenizer(tokenizer_name, config.added_tokens, warn=False)  # the learner warns
+    template = read_chat_template(config.chat_template)
+    tokenizer = load_tokenizer(tokenizer_name, config.added_tokens, warn=False, chat_template=template)  # the learner warns
     _check_embedding_size(model, tokenizer, resized=bool(config.added_tokens))
     check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
-    lengths = [len(tokenizer(record["prompt"])["input_ids"]) for record in records]
+    records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.prompts)
+    lengths = [len(encode(tokenizer, record["prompt"], chat)) for record in records]
     records, lengths, dropped = _check_prompt_lengths(records, lengths, config)
     check_prompt_fits(lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), config.prompts)
+    conversations = split_messages(records, chat)
     prompts = [record["prompt"] for record in records]
     columns = [{key: value for key, value in record.items() if key != "prompt"} for record in records]
-    return Checked(model, tokenizer_name, prompts, columns, dropped, max(lengths))
+    eval_set, eval_lengths = _eval_set(config, tokenizer, tokenizer_name, model)
+    return Checked(
+        model, tokenizer_name, prompts, columns, dropped, max(lengths + eval_lengths), conversations, eval_set, template
+    )
+
+
+def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str) -> tuple[EvalSet | None, list[int]]:
+    """The held-out prompts, read, rendered and checked like the training prompts (none is dropped)."""
+    from orchestrator.data.conversations import encode, render_records, split_messages
+    from orchestrator.models import check_prompt_fits, context_limit
+
+    if config.eval_prompts is None:
+        return None, []
+    records = _records_from(config.eval_prompts)
+    records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.eval_prompts)
+    lengths = [len(encode(tokenizer, record["prompt"], chat)) for record in records]
+    check_prompt_fits(lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), config.eval_prompts)
+    conversations = split_messages(records, chat)
+    columns = [{key: value for key, value in record.items() if key != "prompt"} for record in records]
+    return EvalSet(config.eval_prompts, [record["prompt"] for record in records], columns, conversations), lengths
 
 
 def _check_tools(config: TrainConfig) -> None:
@@ -55,17 +85,26 @@ def _check_tools(config: TrainConfig) -> None:
 
 
 def _read_records(config: TrainConfig) -> list[dict]:
-    if config.prompts == "builtin:search":
+    return _records_from(config.prompts)
+
+
+def _records_from(source: str) -> list[dict]:
+    """Records of a prompts (or eval_prompts) value: a built-in set, a file or a dataset folder."""
+    if source in ("builtin:arithmetic", "builtin:arithmetic_eval"):
+        from orchestrator.builtin import arithmetic_task
+
+        return arithmetic_task.records() if source == "builtin:arithmetic" else arithmetic_task.eval_records()
+    if source == "builtin:search":
         from orchestrator.builtin import search_task
 
         return [{"prompt": prompt} for prompt in search_task.all_prompts()]
-    if config.prompts == "builtin:lookup":
+    if source == "builtin:lookup":
         from orchestrator.builtin import lookup_task
 
         return lookup_task.records()
     from orchestrator.data.prompts import read_records
 
-    return read_records(config.prompts)
+    return read_records(source)
 
 
 def _check_embedding_size(model: str, tokenizer, resized: bool) -> None:

@@ -13,10 +13,18 @@ from orchestrator.data.stream import StreamItem
 
 
 def build_requests(
-    items: list[StreamItem], tokenizer, num_generations: int, sampling: SamplingConfig, tools: ToolUse | None = None
+    items: list[StreamItem],
+    tokenizer,
+    num_generations: int,
+    sampling: SamplingConfig,
+    tools: ToolUse | None = None,
+    conversational: bool = False,
 ) -> list[GroupRequest]:
-    """One request per item, its prompt tokenised with the canonical tokenizer (in one call)."""
-    prompt_ids = tokenizer([item.prompt for item in items])["input_ids"] if items else []
+    """One request per item, its prompt tokenised with the canonical tokenizer (in one call). A
+    rendered conversation already holds every special token its chat template wants (a BOS
+    included), so none is added to it, as `apply_chat_template(tokenize=True)` does."""
+    texts = [item.prompt for item in items]
+    prompt_ids = tokenizer(texts, add_special_tokens=not conversational)["input_ids"] if items else []
     return [
         GroupRequest(
             group_id=item.group_id,

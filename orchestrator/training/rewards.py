@@ -17,6 +17,7 @@ BUILTIN = {
     "search_call": "orchestrator.builtin.search_task:search_call_reward",
     "summary_length": "orchestrator.builtin.length_reward:summary_length",
     "exact_code": "orchestrator.builtin.lookup_task:exact_code_reward",
+    "math_answer": "orchestrator.builtin.math_answer:math_answer_reward",
 }
 
 

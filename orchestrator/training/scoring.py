@@ -24,10 +24,14 @@ RESERVED_REWARD_KWARGS = {"prompts", "completions", "completion_ids", "error_sco
 
 class StepScorer:
     def __init__(self, reward_funcs: list[str], reward_weights: list[float] | None, error_score: float | None,
-                 columns: list[dict] | None = None, batch_samples: int = 1):
+                 columns: list[dict] | None = None, batch_samples: int = 1, conversations: list[list[dict]] | None = None):
         """`columns[i]`: prompt i's other dataset columns (reward functions get them as kwargs);
-        `batch_samples`: samples per reward task while generation runs (reward_batches.py)."""
+        `batch_samples`: samples per reward task while generation runs (reward_batches.py);
+        `conversations[i]`: prompt i's messages when the prompts are conversations: reward functions
+        then get TRL's conversational shapes (the message lists, and each completion as
+        `[{"role": "assistant", "content": ...}]`) instead of the rendered texts."""
         self.reward_funcs = reward_funcs
+        self.conversations = conversations
         self.batch_samples = batch_samples
         self.reward_weights = reward_weights
         self.error_score = error_score
@@ -50,9 +54,12 @@ class StepScorer:
                                         "finish_reason", "stop_reason", *self.dataset_keys)}
         for request, result in zip(requests, results):
             row = self.columns[request.prompt_index] if self.dataset_keys else None
+            prompt = request.prompt if self.conversations is None else self.conversations[request.prompt_index]
             for sample in result.samples:
-                fields["prompts"].append(request.prompt)
-                fields["completions"].append(sample.completion)
+                fields["prompts"].append(prompt)
+                fields["completions"].append(
+                    sample.completion if self.conversations is None else [{"role": "assistant", "content": sample.completion}]
+                )
                 fields["completion_ids"].append(sample.completion_ids)
                 fields["group_id"].append(request.group_id)
                 fields["sample_index"].append(sample.sample_index)

@@ -40,7 +40,7 @@ class GRPOLearner:
         torch.manual_seed(config.seed)
         self.config = config
         self._scratch = tempfile.TemporaryDirectory(prefix="grpo-learner-")
-        self.tokenizer = load_tokenizer(tokenizer, config.added_tokens)
+        self.tokenizer = load_tokenizer(tokenizer, config.added_tokens, chat_template=config.chat_template)
         model = load_model(model, self.tokenizer, resize=bool(config.added_tokens))
         # num_gpus null (not decided by a cluster, e.g. built directly): a GPU if this process sees one.
         use_cpu = not torch.cuda.is_available() or config.learner.num_gpus == 0

@@ -18,13 +18,17 @@ class ModelSetupError(UserError):
     """The model and tokenizer cannot be used together; the message says why."""
 
 
-def load_tokenizer(name_or_path: str, added_tokens: list[str], warn: bool = True):
-    """The learner's tokenizer: as saved, plus `added_tokens` (special), plus the pad fallback."""
+def load_tokenizer(name_or_path: str, added_tokens: list[str], warn: bool = True, chat_template: str | None = None):
+    """The learner's tokenizer: as saved, plus `added_tokens` (special), plus the pad fallback;
+    `chat_template` (the Jinja text; the driver reads a template file) replaces the saved one, so the
+    tokenizer shipped to engines and saved with checkpoints renders chats as the driver did."""
     from transformers import AddedToken
 
     from orchestrator.contracts.tokenizer import load_tokenizer as load_as_saved
 
     tokenizer = load_as_saved(name_or_path)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
     new = [t for t in added_tokens if t not in tokenizer.get_vocab()]
     if new:
         tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in new], special_tokens=True)

@@ -136,3 +136,39 @@ def test_two_tools_with_one_end_tag_are_refused(tmp_path, capsys):
 def test_a_tool_whose_tags_are_equal_is_refused(tmp_path, capsys):
     tools = "tools=[{name: t, fn: 'builtin:lookup', begin: '|', end: '|'}]"
     assert "tool 't': begin and end are both '|'; a call needs two different tags" in _train(tmp_path, capsys, tools)
+
+
+CHAT = [{"role": "user", "content": "what is apple ?"}]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "message"),
+    [
+        ([{"content": "hi"}], "message 0 has no 'role' (expected {role, content})"),
+        ([{"role": "user"}], "message 0 has no 'content' (expected {role, content})"),
+        ([{"role": "robot", "content": "hi"}], "message 0 has unknown role 'robot' (expected one of system, user, assistant, tool)"),
+        ([], "empty conversation"),
+    ],
+)
+def test_bad_conversations_name_file_and_line(tmp_path, capsys, prompts_file, prompt, message):
+    bad = prompts_file([json.dumps({"prompt": CHAT}), json.dumps({"prompt": prompt})])
+    err = _train(tmp_path, capsys, f"prompts={bad}")
+    assert f"{bad}:2: {message}" in err and err.count("\n") == 1
+
+
+def test_conversations_with_a_tokenizer_without_a_template_name_the_tokenizer(tmp_path, capsys, prompts_file, tiny):
+    chats = prompts_file([json.dumps({"prompt": CHAT})])
+    err = _train(tmp_path, capsys, f"prompts={chats}")
+    assert f"the prompts are conversations but the tokenizer {tiny.tokenizer_dir} has no chat template" in err
+    assert "set chat_template" in err
+    assert "neither a file nor a Jinja template" in _train(tmp_path, capsys, f"prompts={chats}", f"chat_template={tmp_path}/none.jinja")
+
+
+def test_eval_prompts_are_checked_like_prompts(tmp_path, capsys, prompts_file):
+    bad = prompts_file([json.dumps({"prompt": "ok"}), '{"prompt": "broken'])
+    assert f"{bad}:2: invalid JSON" in _train(tmp_path, capsys, f"eval_prompts={bad}")
+
+
+def test_greedy_evaluation_wants_one_generation(tmp_path, capsys):
+    err = _train(tmp_path, capsys, "eval_prompts=builtin:arithmetic_eval", "eval_temperature=0", "eval_num_generations=4")
+    assert "eval_temperature: 0 is greedy, which gives one completion per prompt; set eval_num_generations: 1" in err

@@ -38,3 +38,19 @@ def test_groups_scored_separately_merge_in_request_order():
     first = {"reward": [1.0, 0.0], "rewards/a": [1.0, 0.0], "reward_errors": 1}
     second = {"reward": [0.5, 0.5], "rewards/a": [0.5, 0.5], "reward_errors": 0}
     assert merge_scores([first, second]) == {"reward": [1.0, 0.0, 0.5, 0.5], "rewards/a": [1.0, 0.0, 0.5, 0.5], "reward_errors": 1}
+
+
+def test_conversational_prompts_reach_reward_functions_in_trls_shapes(tmp_path, ray_session):
+    chat = [{"role": "user", "content": "What is 1 + 1?"}]
+    reward = tmp_path / "shapes.py"
+    reward.write_text(
+        "def shapes(prompts, completions, **kw):\n"
+        "    assert prompts == [[{'role': 'user', 'content': 'What is 1 + 1?'}]] * 2, prompts\n"
+        "    assert completions == [[{'role': 'assistant', 'content': c}] for c in ('2', '3')], completions\n"
+        "    return [1.0, 0.0]\n"
+    )
+    rendered = "<|im_start|>user\nWhat is 1 + 1?<|im_end|>\n<|im_start|>assistant\n"
+    request, result = _group(0, 0, rendered, ["2", "3"])
+    scoring = StepScorer([f"{reward}:shapes"], None, None, [{}], conversations=[chat]).begin([request])
+    scoring.add(result)
+    assert scoring.close().scores()["reward"] == [1.0, 0.0]

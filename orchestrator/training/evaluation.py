@@ -1,0 +1,127 @@
+"""Evaluation on held-out prompts: every `eval_steps` the pool generates on them with the current
+weights, and the reward functions score the samples. Nothing here is trained on.
+
+    eval_prompts: builtin:arithmetic_eval   # or a file/folder in the same formats as `prompts`
+    eval_steps: 5                           # after steps 5, 10, ... and after the last step
+    eval_num_generations: 4                 # the k of eval/pass@k
+    eval_temperature: 1.0                   # 0 is greedy (then eval_num_generations: 1); null: as training
+
+What it records, on the metrics.jsonl line of the step it follows: `eval/reward_mean`,
+`eval/reward_std`, `eval/pass@1` (share of samples that pass), `eval/pass@K` (share of prompts with
+at least one passing sample among their K), `eval/completion_length`, `eval/samples`,
+`eval/policy_version`, `time/eval`. A sample passes when its reward is at least PASS_REWARD, what a
+right answer scores with 0/1 rewards such as `builtin:math_answer`. The samples themselves go to
+`eval/step-NNNNNN.parquet` in the run folder (the rollout schema plus step and reward).
+
+The training stream is untouched: eval groups take their ids from EVAL_GROUP_BASE up, never from
+the prompt stream, and their seeds come from the eval prompt's index (so every round samples each
+prompt with the same random numbers, and rounds differ only by the weights).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from orchestrator.config.train import TrainConfig
+from orchestrator.contracts.groups import GroupRequest
+from orchestrator.data.conversations import encode
+from orchestrator.rollout.table import rollout_table, write_parquet
+from orchestrator.training.scoring import StepScorer
+
+EVAL_GROUP_BASE = 1 << 40  # far beyond any training stream position
+EVAL_SEED_OFFSET = 7_919_000  # eval prompt i samples with seed + this + i: apart from training groups' seeds
+PASS_REWARD = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSet:
+    """Held-out prompts as checked before Ray starts (conversations already rendered)."""
+
+    source: str  # what eval_prompts named
+    prompts: list[str]  # the text the engines continue
+    columns: list[dict]  # each prompt's other dataset columns (reward kwargs)
+    conversations: list[list[dict]] | None  # the messages, when the prompts were conversations
+
+
+class Evaluation:
+    def __init__(self, config: TrainConfig, eval_set: EvalSet, tokenizer):
+        """`tokenizer`: the canonical one, as for training prompts."""
+        self.config = config
+        self.set = eval_set
+        conversational = eval_set.conversations is not None
+        self.prompt_ids = [encode(tokenizer, prompt, conversational) for prompt in eval_set.prompts]
+        temperature = config.temperature if config.eval_temperature is None else config.eval_temperature
+        self.sampling = config.sampling().model_copy(update={"temperature": temperature})
+        self.scorer = StepScorer(  # the reward functions get exactly what they get in training
+            config.reward_funcs, config.reward_weights, config.reward_error_score, eval_set.columns,
+            config.reward_batch_samples, eval_set.conversations,
+        )
+        self.rounds = 0
+
+    def due(self, step: int) -> bool:
+        return step % self.config.eval_steps == 0 or step == self.config.max_steps
+
+    def requests(self) -> list[GroupRequest]:
+        """This round's groups: fresh ids, and seeds that depend only on the eval prompt's index."""
+        base = EVAL_GROUP_BASE + self.rounds * len(self.set.prompts)
+        # An engine seeds group g with sampling.seed + g; this makes it seed + offset + i.
+        sampling = self.sampling.model_copy(update={"seed": self.config.seed + EVAL_SEED_OFFSET - base})
+        return [
+            GroupRequest(
+                group_id=base + index,
+                prompt_index=index,
+                prompt=prompt,
+                prompt_ids=ids,
+                num_generations=self.config.eval_num_generations,
+                sampling=sampling,
+                tools=self.config.tool_use(),
+            )
+            for index, (prompt, ids) in enumerate(zip(self.set.prompts, self.prompt_ids))
+        ]
+
+    def run(self, pool, step: int, folder: Path) -> dict:
+        """Generate on every eval prompt with the pool, score, write `folder/step-N.parquet`; the
+        eval metrics."""
+        start = time.perf_counter()
+        requests = self.requests()
+        self.rounds += 1
+        scoring = self.scorer.begin(requests)
+        table = rollout_table(requests, pool.generate(requests, on_result=scoring.add))
+        rewards = np.asarray(scoring.close().scores()["reward"], dtype=np.float64)
+        table = table.add_column(0, "step", pa.array([step] * table.num_rows, pa.int64()))
+        write_parquet(table.append_column("reward", pa.array(rewards, pa.float64())), folder / f"step-{step:06d}.parquet")
+        metrics = eval_metrics(table, rewards, self.config.eval_num_generations)
+        metrics["time/eval"] = time.perf_counter() - start
+        return metrics
+
+
+def eval_metrics(table: pa.Table, rewards: np.ndarray, k: int) -> dict:
+    """Reward, pass@1, pass@k and length of one evaluation round."""
+    groups = np.asarray(table.column("group_id").to_pylist())
+    passed = rewards >= PASS_REWARD
+    any_passed = [bool(passed[groups == group].any()) for group in dict.fromkeys(groups.tolist())]
+    completions = table.column("completion_ids").to_pylist()
+    observed = table.column("observation_mask").to_pylist()
+    lengths = [len(ids) - sum(mask) for ids, mask in zip(completions, observed)]  # the model's tokens
+    return {
+        "eval/reward_mean": float(rewards.mean()),
+        "eval/reward_std": float(rewards.std()),
+        "eval/pass@1": float(passed.mean()),
+        f"eval/pass@{k}": float(np.mean(any_passed)),
+        "eval/completion_length": float(np.mean(lengths)),
+        "eval/samples": int(table.num_rows),
+        "eval/policy_version": int(min(table.column("policy_version").to_pylist())),
+    }
+
+
+def progress_line(metrics: dict) -> str:
+    passes = " ".join(f"{key.removeprefix('eval/')} {value:.3f}" for key, value in metrics.items() if key.startswith("eval/pass@"))
+    return (
+        f"  eval after step {metrics['step']}: reward {metrics['eval/reward_mean']:.3f} | {passes} | "
+        f"len {metrics['eval/completion_length']:.1f} | {metrics['time/eval']:.2f}s"
+    )
