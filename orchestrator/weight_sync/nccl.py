@@ -32,10 +32,10 @@ class NcclTransport(WeightTransport):
         self._fallback = ObjectStoreTransport(timeout_s, bucket_bytes)
 
     def _open(self, learner, engines: dict[int, object], deadline: float) -> None:
-        import ray
-
-        address = ray.util.get_node_ip_address()
-        port = _free_port()
+        # Rank 0 (the learner) binds the rendezvous, so it picks the address and port on its own node:
+        # an address chosen on the driver's node cannot be bound anywhere else.
+        endpoint = self._await({-1: learner.nccl_endpoint.remote()}, "choosing the NCCL rendezvous", deadline)[0][-1]
+        address, port = endpoint
         world_size = 1 + len(engines) * self.tensor_parallel_size
         joins = {
             engine_id: actor.init_nccl.remote(
@@ -79,10 +79,3 @@ class NcclTransport(WeightTransport):
             nbytes, dead = nbytes or report.bytes, {**dead, **report.dead}
         return SyncReport(version, UNVERIFIED, nbytes, time.monotonic() - start, dead)
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]

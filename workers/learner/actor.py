@@ -57,6 +57,11 @@ class Learner:
         return checksum(ray.get(bucket_refs))
 
     # GPU path (workers/weights/nccl.py): the learner is rank 0 of the NCCL weight-transfer group.
+    def nccl_endpoint(self) -> tuple[str, int]:
+        from workers.weights.nccl import rendezvous
+
+        return rendezvous()
+
     def nccl_open(self, address: str, port: int, world_size: int) -> None:
         from workers.weights.nccl import NcclSender
 

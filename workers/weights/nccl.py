@@ -10,6 +10,18 @@ from __future__ import annotations
 UNVERIFIED = "unverified"  # the checksum an NCCL load reports: no received buffer to hash
 
 
+def rendezvous() -> tuple[str, int]:
+    """The address and a free port where rank 0 (this process) will listen for the group."""
+    import socket
+
+    import ray
+
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        port = sock.getsockname()[1]
+    return ray.util.get_node_ip_address(), port
+
+
 class NcclSender:
     """Learner side (rank 0) of the NCCL group; lives inside the learner actor."""
 

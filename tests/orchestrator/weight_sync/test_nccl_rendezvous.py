@@ -1,0 +1,50 @@
+"""The NCCL group's rendezvous is chosen by rank 0 (the learner), on its own node, not by the driver:
+on a multi-node cluster an address picked on the driver's node cannot be bound by the learner
+("Cannot assign requested address"). Runs on CPU with stand-ins for the actors' handles."""
+
+import socket
+
+
+class _Method:
+    def __init__(self, calls: list, name: str, result=None):
+        self.calls, self.name, self.result = calls, name, result
+
+    def remote(self, *args):
+        import ray
+
+        self.calls.append((self.name, args))
+        return ray.put(self.result)
+
+
+class _Handle:
+    """Records every call; each returns `results.get(method)` through the object store."""
+
+    def __init__(self, **results):
+        self.calls, self.results = [], results
+
+    def __getattr__(self, name):
+        return _Method(self.calls, name, self.results.get(name))
+
+
+def test_engines_and_learner_meet_where_the_learner_listens(ray_session):
+    from orchestrator.weight_sync.nccl import NcclTransport
+
+    learner = _Handle(nccl_endpoint=("10.1.2.3", 29517))  # the learner's node, not this one
+    engines = {0: _Handle(), 1: _Handle()}
+    NcclTransport(timeout_s=30, bucket_bytes=1 << 20, tensor_parallel_size=2)._open(learner, engines, deadline=10**12)
+    assert ("nccl_open", ("10.1.2.3", 29517, 5)) in learner.calls
+    joins = [args[0] for engine in engines.values() for name, args in engine.calls if name == "init_nccl"]
+    assert [(j["master_address"], j["master_port"], j["rank_offset"], j["world_size"]) for j in joins] == [
+        ("10.1.2.3", 29517, 1, 5), ("10.1.2.3", 29517, 3, 5)
+    ]
+
+
+def test_the_learners_endpoint_is_free_on_its_own_node(ray_session):
+    import ray
+
+    from workers.weights.nccl import rendezvous
+
+    address, port = ray.get(ray.remote(rendezvous).options(num_cpus=0).remote())
+    assert address == ray.util.get_node_ip_address()  # one node here: the learner's is this one
+    with socket.socket() as sock:
+        sock.bind(("", port))  # nothing holds it
