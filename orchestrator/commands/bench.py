@@ -54,19 +54,24 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.only == "sync":
         result["sync"] = weight_sync.measure(model, args.engines, args.syncs, args.prompts, args.num_generations, args.max_tokens, seed=0)
         print(_table(result))
-        out = Path(args.out)
-        saved = json.loads(out.read_text()) if out.is_file() else {}
-        out.write_text(json.dumps({**saved, **result}, indent=2))
-        print(f"saved {args.out}")
+        _save(args.out, result)
         return 0
     result["cases"] = {case.name: _measure(case, args) for case in cases}
     train = next(iter(result["cases"].values()))["train"]
     result["sync"] = {"bytes": train["sync_bytes"], "seconds": train["sync_s"], "gb_per_s": train["sync_bytes"] / train["sync_s"] / 1e9,
                       "memcpy_gb_per_s": weight_sync.memcpy_gbps(train["sync_bytes"])}
     print(_table(result))
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"saved {args.out}")
+    _save(args.out, result)
     return 0
+
+
+def _save(out: str, result: dict) -> None:
+    """Write `result` into the JSON file `out`, keeping the entries of other measurements there
+    (a full run does not redo `--only learner-memory`, and `--only` runs redo one part)."""
+    path = Path(out)
+    saved = json.loads(path.read_text()) if path.is_file() else {}
+    path.write_text(json.dumps({**saved, **result}, indent=2))
+    print(f"saved {out}")
 
 
 def _measure(case: Case, args: argparse.Namespace) -> dict:
@@ -115,10 +120,7 @@ def _learner_memory(args: argparse.Namespace) -> int:
     result["machine"] = machine
     print(learner_memory.table(result))
     print(f"largest step / smallest step at micro_batch_size {args.micro_batch_size}: {result['largest_vs_smallest']:.2f}x (target <= 1.3x)")
-    out = Path(args.out)
-    saved = json.loads(out.read_text()) if out.is_file() else {}
-    out.write_text(json.dumps({**saved, "learner_memory": result}, indent=2))
-    print(f"saved {args.out}")
+    _save(args.out, {"learner_memory": result})
     return 0
 
 
