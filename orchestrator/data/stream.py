@@ -24,11 +24,15 @@ class PromptStream:
         self.prompts = prompts
         self.seed = seed
         self.position = position
+        self._epoch, self._cached = None, []
 
     def _order(self, epoch: int) -> list[int]:
-        order = list(range(len(self.prompts)))
-        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
-        return order
+        """The epoch's shuffled order, computed once per epoch (a shuffle of the whole list per item
+        would make a step cost the size of the dataset)."""
+        if self._epoch != epoch:
+            self._epoch, self._cached = epoch, list(range(len(self.prompts)))
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(self._cached)
+        return self._cached
 
     def take(self, count: int) -> list[StreamItem]:
         items = []
