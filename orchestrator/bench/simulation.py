@@ -257,7 +257,7 @@ def table(r: dict) -> str:
         ("achieved / ideal", f"{gen['share_of_ideal'] * 100:.1f}%", "target >= 95%"),
         ("driver CPU: pool (dispatch, engine calls)", f"{dispatch:.3f} ms/group", "RolloutPool.generate, all threads"),
         ("driver CPU: handing groups to reward tasks", f"{gen['reward_submit_cpu_ms_per_group']:.3f} ms/group",
-         f"{gen['reward_tasks']} tasks (tables + Ray calls)"),
+         f"{gen['reward_tasks']} tasks (reward columns + Ray calls)"),
         ("other Ray processes' CPU (hosts, raylet)", f"{gen['ray_processes_cpu_ms_per_group']:.3f} ms/group",
          f"machine load {gen['load_average_1min_at_end']:.1f} at the end"),
         ("batch assembly (Arrow table)", f"{r['assembly']['ms_per_group']:.3f} ms/group", f"{r['assembly']['seconds']:.1f}s for all"),
