@@ -99,40 +99,16 @@ def build_tokenizer(texts: list[str], vocab_size: int):
 
 
 def _build(spec: ChatModelSpec, folder: Path) -> None:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from orchestrator.builtin.tiny_model import _pretrain  # the same seeded pre-training loop
+    from orchestrator.builtin.tiny_model import pretrained_llama  # the same seeded model and pre-training
 
     chats = arithmetic_task.conversations(spec.corpus_examples, spec.seed)
     contents = [f"{m['role']}\n{m['content']}" for chat in chats for m in chat]
     tokenizer = build_tokenizer(contents, spec.vocab_size)
     eos_id, pad_id = tokenizer.convert_tokens_to_ids([IM_END, PAD])
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_heads,
-        max_position_embeddings=256,
-        bos_token_id=None,
-        eos_token_id=eos_id,
-        pad_token_id=pad_id,
-        tie_word_embeddings=False,
-        torch_dtype="float32",
-    )
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # bit-for-bit reproducible builds, whatever the machine
-    try:
-        torch.manual_seed(spec.seed)
-        model = LlamaForCausalLM(config)
-        # Each conversation as the template renders it; the reply ends with <|im_end|> (EOS).
-        texts = [tokenizer.apply_chat_template(chat, tokenize=False) for chat in chats]
-        sequences = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
-        _pretrain(model, sequences, spec, pad_id=pad_id)
-    finally:
-        torch.set_num_threads(threads)
+    # Each conversation as the template renders it; the reply ends with <|im_end|> (EOS).
+    texts = [tokenizer.apply_chat_template(chat, tokenize=False) for chat in chats]
+    sequences = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    model = pretrained_llama(spec, len(tokenizer), sequences, eos_id=eos_id, bos_id=None, pad_id=pad_id, config_pad_id=pad_id)
     model.generation_config.eos_token_id = eos_id
     model.generation_config.pad_token_id = pad_id
     model.generation_config.bos_token_id = None

@@ -122,23 +122,37 @@ def _build_tokenizers(spec: TinyModelSpec, texts: list[str], added_tokens: tuple
 
 
 def _build(spec: TinyModelSpec, model_dir: Path, tokenizer_dir: Path) -> None:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     texts = _texts(spec)
     base, learner = _build_tokenizers(spec, texts, TASKS[spec.task].ADDED_TOKENS)
     eos_id = learner.convert_tokens_to_ids(EOS_TOKEN)
 
+    sequences = [learner(text)["input_ids"] + [eos_id] for text in texts]
+    model = pretrained_llama(spec, len(learner), sequences, eos_id=eos_id, bos_id=eos_id, pad_id=eos_id)
+    model.generation_config.pad_token_id = None
+    model.save_pretrained(model_dir, safe_serialization=True)
+    base.save_pretrained(model_dir)
+    learner.save_pretrained(tokenizer_dir)
+
+
+def pretrained_llama(spec, vocab_size: int, sequences: list[list[int]], eos_id: int, bos_id: int | None, pad_id: int,
+                     config_pad_id: int | None = None):
+    """A Llama of `spec`'s shape (hidden_size, intermediate_size, num_layers, num_heads, seed, and
+    the pre-training fields), seeded and pre-trained on `sequences`, bit for bit the same on any
+    machine. `pad_id` pads the pre-training batches; `config_pad_id` goes into the model config."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     config = LlamaConfig(
-        vocab_size=len(learner),
+        vocab_size=vocab_size,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
         num_hidden_layers=spec.num_layers,
         num_attention_heads=spec.num_heads,
         num_key_value_heads=spec.num_heads,
         max_position_embeddings=256,
-        bos_token_id=eos_id,
+        bos_token_id=bos_id,
         eos_token_id=eos_id,
+        pad_token_id=config_pad_id,
         tie_word_embeddings=False,
         torch_dtype="float32",
     )
@@ -147,14 +161,10 @@ def _build(spec: TinyModelSpec, model_dir: Path, tokenizer_dir: Path) -> None:
     try:
         torch.manual_seed(spec.seed)
         model = LlamaForCausalLM(config)
-        sequences = [learner(text)["input_ids"] + [eos_id] for text in texts]
-        _pretrain(model, sequences, spec, pad_id=eos_id)
+        _pretrain(model, sequences, spec, pad_id=pad_id)
     finally:
         torch.set_num_threads(threads)
-    model.generation_config.pad_token_id = None
-    model.save_pretrained(model_dir, safe_serialization=True)
-    base.save_pretrained(model_dir)
-    learner.save_pretrained(tokenizer_dir)
+    return model
 
 
 def _pretrain(model, sequences: list[list[int]], spec: TinyModelSpec, pad_id: int) -> None:
