@@ -163,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "train":
         args.overrides = _train_overrides(argv[1:])
-    from orchestrator.contracts.errors import RunError, UserError
-
     import importlib
+
+    from orchestrator.contracts.errors import RunError, UserError
 
     try:
         module = importlib.import_module(f"orchestrator.commands.{args.command}")  # heavy imports start here

@@ -87,9 +87,8 @@ def start_training(
     (`policy_version`) are loaded into them, so no node but the learner's needs the model files."""
     from transformers import AutoTokenizer
 
-    from orchestrator.training.learner_group import LearnerGroup
-
     from orchestrator.placement.gpus import with_learner_gpus
+    from orchestrator.training.learner_group import LearnerGroup
 
     rollout = config.rollout
     cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus + 1)  # +1: reward tasks

@@ -13,6 +13,7 @@ from pathlib import Path
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
 
+
 def kv_cache_bytes(model: Path, samples: int, tokens_per_sample: int) -> int:
     """The same KV cache size for raw vLLM and our pool: enough for all samples at full length."""
     import json

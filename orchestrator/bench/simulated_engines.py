@@ -18,11 +18,11 @@ import gc
 import itertools
 import random
 
-from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
-from orchestrator.rollout.launcher import EngineLauncher
-from orchestrator.contracts.tokenizer import TokenizerBundle
-from orchestrator.contracts.fingerprint import TokenizerFingerprint
 from orchestrator.bench.simulated_engine import SimulatedEngine, TokenTiming, completion_lengths
+from orchestrator.contracts.fingerprint import TokenizerFingerprint
+from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
+from orchestrator.contracts.tokenizer import TokenizerBundle
+from orchestrator.rollout.launcher import EngineLauncher
 
 CONTENT_TOKENS = 1 << 16  # synthetic token stream that completions are cut from
 

@@ -12,9 +12,9 @@ import json
 import time
 from pathlib import Path
 
+from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
-from orchestrator.contracts.errors import UserError
 
 BUILTIN_PROMPTS = 32
 
@@ -51,9 +51,9 @@ def run_generate(args: argparse.Namespace) -> int:
     prompts = _prompts(args.prompts)
 
     from orchestrator.contracts.tokenizer import load_tokenizer
+    from orchestrator.launch import connect, rollout_cpus, start_pool
     from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, resolve_model
     from orchestrator.rollout.groups import make_groups
-    from orchestrator.launch import connect, rollout_cpus, start_pool
     from orchestrator.rollout.table import rollout_table, write_parquet
 
     model, tokenizer_name = resolve_model(args.model, args.tokenizer, keys=("--model", "--tokenizer"))

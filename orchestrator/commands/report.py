@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.contracts.errors import UserError
-
 from orchestrator.training.plots import PHASES as STEP_PHASES
 
 PHASES = (*STEP_PHASES, "time/step")

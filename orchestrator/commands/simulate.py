@@ -17,8 +17,8 @@ from orchestrator.contracts.errors import UserError
 def run_simulate(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from orchestrator.config.base import explain
     from orchestrator.bench.simulated_engine import TokenTiming
+    from orchestrator.config.base import explain
 
     for name in ("engines", "prompts", "num_generations", "max_tokens", "capacity", "hosts"):
         if getattr(args, name) < 1:

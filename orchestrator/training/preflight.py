@@ -29,8 +29,8 @@ class Checked:
 def preflight(config: TrainConfig) -> Checked:
     from orchestrator.data.conversations import encode, read_chat_template, render_records, split_messages
     from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, resolve_model
-    from orchestrator.training.trackers import check_available
     from orchestrator.training.rewards import resolve
+    from orchestrator.training.trackers import check_available
     from workers.learner.model_setup import load_tokenizer
 
     records = _read_records(config)

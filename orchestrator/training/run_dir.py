@@ -26,7 +26,6 @@ import yaml
 from orchestrator.contracts.errors import UserError
 from orchestrator.output_paths import check_creatable
 
-
 STATE_FILE = "orchestrator_state.json"
 LEARNER_STATE = "learner_state.pt"  # written by the learner's save (workers/learner/grpo.py)
 

@@ -23,7 +23,6 @@ from orchestrator.contracts.learning import GRPOSettings
 from workers.learner.model_setup import load_model, load_tokenizer
 from workers.weights.buckets import WeightBucket, pack
 
-
 LEARNER_STATE = "learner_state.pt"
 
 

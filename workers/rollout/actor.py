@@ -13,10 +13,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from orchestrator.contracts.rollout import RolloutConfig
-from orchestrator.contracts.groups import GroupRequest, GroupResult
-from orchestrator.contracts.tokenizer import TokenizerBundle
 from orchestrator.contracts.fingerprint import TokenizerFingerprint
+from orchestrator.contracts.groups import GroupRequest, GroupResult
+from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.contracts.tokenizer import TokenizerBundle
 
 
 class RolloutWorker:

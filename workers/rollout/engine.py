@@ -13,10 +13,10 @@ import itertools
 from pathlib import Path
 from typing import Literal
 
+from orchestrator.contracts.fingerprint import TokenizerFingerprint, fingerprint
+from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tools import ToolUse
-from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
-from orchestrator.contracts.fingerprint import TokenizerFingerprint, fingerprint
 from workers.rollout.multi_turn import CallTool, Vocabulary, run_sample
 from workers.rollout.sampling import to_samples, to_turn, turn_params, turn_seed, vllm_params
 from workers.weights.buckets import WeightBucket

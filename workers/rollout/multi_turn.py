@@ -23,8 +23,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 
-from orchestrator.contracts.tools import ToolConfig, ToolUse
 from orchestrator.contracts.groups import Sample, ToolCall
+from orchestrator.contracts.tools import ToolConfig, ToolUse
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,9 +9,9 @@ learner can compare against them; and EOS is never left in the completion text.
 
 from __future__ import annotations
 
+from orchestrator.contracts.groups import Sample
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
-from orchestrator.contracts.groups import Sample
 from workers.rollout.multi_turn import Turn
 
 

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 
 from orchestrator.contracts import user_functions
-from orchestrator.contracts.tools import ToolConfig
 from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.tools import ToolConfig
 
 CALL_THREADS = 64  # concurrent plain-function calls per host
 HOST_START_S = 120.0  # deadline for a tool host to come up

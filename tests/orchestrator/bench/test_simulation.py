@@ -4,8 +4,8 @@ import collections
 import subprocess
 import sys
 
-from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.bench.simulated_engine import TokenTiming
+from orchestrator.contracts.rollout import RolloutConfig
 
 FAST = TokenTiming(step_base_s=0.002, step_per_sample_s=0.0, prefill_per_token_s=0.0, mean_completion_tokens=8)
 

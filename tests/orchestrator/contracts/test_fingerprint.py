@@ -1,7 +1,7 @@
 from pathlib import Path
 
-from orchestrator.contracts.tokenizer import bundle_tokenizer
 from orchestrator.contracts.fingerprint import differences, fingerprint
+from orchestrator.contracts.tokenizer import bundle_tokenizer
 
 
 def test_same_tokenizer_has_no_differences(learner_tokenizer):

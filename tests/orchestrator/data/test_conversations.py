@@ -6,6 +6,7 @@ import json
 import pytest
 
 from orchestrator.builtin.chat_model import CHAT_TEMPLATE, build_tokenizer
+from orchestrator.contracts.errors import UserError
 from orchestrator.data.conversations import (
     ChatTemplateError,
     encode,
@@ -16,7 +17,6 @@ from orchestrator.data.conversations import (
     with_system_prompt,
 )
 from orchestrator.data.prompts import read_records
-from orchestrator.contracts.errors import UserError
 
 SINGLE = [{"role": "user", "content": "What is 3 + 4?"}]
 MULTI = [

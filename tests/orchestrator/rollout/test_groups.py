@@ -1,7 +1,7 @@
 import pytest
 
-from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.groups import GroupResult, Sample
+from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.rollout.groups import GroupShapeError, assemble, make_groups
 from orchestrator.rollout.table import rollout_table
 

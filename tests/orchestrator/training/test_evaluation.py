@@ -5,8 +5,8 @@ import pyarrow.parquet as pq
 
 from orchestrator.builtin import arithmetic_task
 from orchestrator.config.train import TrainConfig
-from orchestrator.data.stream import PromptStream
 from orchestrator.contracts.groups import GroupResult, Sample
+from orchestrator.data.stream import PromptStream
 from orchestrator.training.evaluation import EVAL_GROUP_BASE, EvalSet, Evaluation
 
 

@@ -3,8 +3,8 @@ every group still gets exactly its own scores back."""
 
 import time
 
-from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
+from orchestrator.contracts.sampling import SamplingConfig
 
 
 def _group(group_id: int):

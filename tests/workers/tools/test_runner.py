@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.contracts.tools import ToolConfig
 from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.tools import ToolConfig
 from workers.tools.runner import RayToolRunner, resolve
 
 TOOLS = Path(__file__).with_name("flaky_tools.py")
