@@ -20,12 +20,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 from orchestrator.builtin import arithmetic_task
-from orchestrator.builtin.tiny_model import cache_root
+from orchestrator.builtin.tiny_model import cache_root, cached_build
 
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 CHAT_TEMPLATE = (
@@ -59,20 +57,7 @@ class ChatModelSpec:
 def chat_model(spec: ChatModelSpec = ChatModelSpec()) -> Path:
     """The folder of the cached tiny chat model for `spec` (weights + tokenizer), built if needed."""
     root = cache_root() / f"tiny-chat-{spec.key()}"
-    if (root / "DONE").exists():
-        return root / "model"
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=root.name + ".", dir=root.parent))
-    try:
-        _build(spec, staging / "model")
-        (staging / "DONE").write_text(spec.key() + "\n")
-        try:
-            staging.rename(root)
-        except OSError:  # another process finished the same build first
-            if not (root / "DONE").exists():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    cached_build(root, spec.key(), lambda staging: _build(spec, staging / "model"))
     return root / "model"
 
 

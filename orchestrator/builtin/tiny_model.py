@@ -65,14 +65,21 @@ def cache_root() -> Path:
 def tiny_model(spec: TinyModelSpec = TinyModelSpec()) -> TinyModel:
     """Return the cached tiny model for `spec`, building it first if needed."""
     root = cache_root() / f"tiny-llama-{spec.task}-{spec.key()}"
-    result = TinyModel(model_dir=root / "model", tokenizer_dir=root / "tokenizer")
+    cached_build(root, spec.key(), lambda staging: _build(spec, staging / "model", staging / "tokenizer"))
+    return TinyModel(model_dir=root / "model", tokenizer_dir=root / "tokenizer")
+
+
+def cached_build(root: Path, key: str, build) -> None:
+    """Build into a staging folder beside `root` with `build(staging)` and rename it to `root`, unless
+    `root` is complete already: a reader never sees a half-built model, and two processes building
+    the same one at once both end with the finished folder."""
     if (root / "DONE").exists():
-        return result
+        return
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=root.name + ".", dir=root.parent))
     try:
-        _build(spec, staging / "model", staging / "tokenizer")
-        (staging / "DONE").write_text(spec.key() + "\n")
+        build(staging)
+        (staging / "DONE").write_text(key + "\n")
         try:
             staging.rename(root)
         except OSError:  # another process finished the same build first
@@ -80,7 +87,6 @@ def tiny_model(spec: TinyModelSpec = TinyModelSpec()) -> TinyModel:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return result
 
 
 def corpus(task: str, num_examples: int, seed: int) -> list[tuple[str, str]]:
