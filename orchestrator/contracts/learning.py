@@ -29,6 +29,13 @@ class LearnerConfig(StrictModel):
         "optimizer step with the same loss as the whole step at once. Bounds the learner's memory (logits are "
         "micro_batch_size x completion length x vocabulary). null: the whole step in one pass.",
     )
+    max_restarts: int = Field(
+        1,
+        ge=0,
+        description="Times a dead learner (killed, out of memory, stuck past weight_sync.timeout_s) is restarted "
+        "from the last checkpoint, the engines reloaded with its weights and the steps after it run again. 0: the "
+        "run stops with the --resume command to continue it. Checkpoints every save_steps bound what is redone.",
+    )
 
 
 class GRPOSettings(StrictModel):

@@ -31,10 +31,11 @@ from orchestrator.training.batch import learner_batch
 from orchestrator.training.control import ControlFile
 from orchestrator.training.evaluation import EvalSet, Evaluation
 from orchestrator.training.evaluation import progress_line as eval_progress_line
+from orchestrator.training.learner_death import LearnerDiedError
 from orchestrator.training.metrics import MetricsLog, progress_line, read_metrics, rollout_metrics
 from orchestrator.training.prefetch import Prefetcher
 from orchestrator.training.requests import build_requests
-from orchestrator.training.run_dir import ResumeState, RunDir
+from orchestrator.training.run_dir import ResumeState, RunDir, resume_hint
 from orchestrator.training.scoring import StepScorer, StepScoring
 from orchestrator.training.trackers import make_trackers
 
@@ -70,46 +71,87 @@ class GRPORun:
             conversations,
         )
         self._stop_requested = False
+        self._learner_restarts = 0
         self._control = ControlFile(run_dir.control)
         self._prefetch = Prefetcher(self._generate)
         components.pool.engines.on_engine_ready = self._sync_new_engine
 
     def _sync_new_engine(self, engine_id: int, actor) -> None:
         """A new or replacement engine serves only once it holds the current policy."""
-        report = self.parts.transport.sync(self.parts.learner.lead, {engine_id: actor}, self.policy_version)
+        report = self.parts.learner.sync(self.parts.transport, {engine_id: actor}, self.policy_version)
         if report.dead:
             raise RuntimeError(f"engine {engine_id} died while loading the current weights")
 
     def run(self) -> list[dict]:
         """Run the remaining steps. Ctrl-C finishes the current step, checkpoints and returns;
-        a second Ctrl-C aborts at once."""
-        log = MetricsLog(self.run_dir.metrics)
+        a second Ctrl-C aborts at once. A learner that dies is restarted from the last checkpoint
+        (`learner.max_restarts`) and the steps after it run again, or the run stops saying how to resume."""
+        self._log = MetricsLog(self.run_dir.metrics)
         trackers = make_trackers(self.config.report_to, self.run_dir.root, self.config.model_dump(mode="json"))
         previous = signal.signal(signal.SIGINT, self._on_interrupt)
         try:
-            for step in range(self.first_step, self.config.max_steps + 1):
-                metrics = self.step(step)
-                if self.evaluation is not None and (self.evaluation.due(step) or self._stop_requested):
-                    metrics.update(self._evaluate(step))
-                log.write(metrics)
-                trackers.log(metrics)
-                print(progress_line(metrics, self.config.max_steps), flush=True)
-                if "eval/reward_mean" in metrics:
-                    print(eval_progress_line(metrics), flush=True)
-                last = step == self.config.max_steps or self._stop_requested
-                if step % self.config.plot_steps == 0 or last:
-                    plots.draw(read_metrics(self.run_dir.metrics), self.run_dir.plots)
-                if (self.config.save_steps and step % self.config.save_steps == 0) or last:
-                    self.save(step)
+            step = self.first_step
+            while step <= self.config.max_steps:
+                try:
+                    self._run_step(step, trackers)
+                except LearnerDiedError as death:
+                    step = self._restart_learner(death, step) + 1
+                    continue
                 if self._stop_requested:
                     print(f"stopped after step {step}; continue with: python -m orchestrator train --resume {self.run_dir.root}")
                     break
+                step += 1
         finally:
             signal.signal(signal.SIGINT, previous)
-            log.close()
+            self._log.close()
             trackers.close()
             self._prefetch.shutdown()
         return read_metrics(self.run_dir.metrics)
+
+    def _run_step(self, step: int, trackers) -> None:
+        """One step, recorded (metrics line, trackers, progress line, plots) and checkpointed when due."""
+        metrics = self.step(step)
+        if self.evaluation is not None and (self.evaluation.due(step) or self._stop_requested):
+            metrics.update(self._evaluate(step))
+        self._log.write(metrics)
+        trackers.log(metrics)
+        print(progress_line(metrics, self.config.max_steps), flush=True)
+        if "eval/reward_mean" in metrics:
+            print(eval_progress_line(metrics), flush=True)
+        last = step == self.config.max_steps or self._stop_requested
+        if step % self.config.plot_steps == 0 or last:
+            plots.draw(read_metrics(self.run_dir.metrics), self.run_dir.plots)
+        if (self.config.save_steps and step % self.config.save_steps == 0) or last:
+            self.save(step)
+
+    def _restart_learner(self, death: LearnerDiedError, step: int) -> int:
+        """Replace a dead learner by one loaded from the last checkpoint, reload every engine with its
+        weights, rewind the prompt stream, and forget what was recorded after it; returns the
+        checkpoint's step (the run goes on from the next). Without restarts left, stop the run
+        with the command that resumes it."""
+        saved = self.run_dir.latest_checkpoint() if any(self.run_dir.checkpoints.glob("step-*[0-9]")) else None
+        if self._learner_restarts >= self.config.learner.max_restarts:
+            raise RunError(f"step {step}: {death}; {resume_hint(self.run_dir, saved)}") from None
+        self._learner_restarts += 1
+        checkpoint, state = saved or (None, ResumeState(step=0, stream_position=0, policy_version=0))
+        print(
+            f"warning: step {step}: {death}; restarting it from {checkpoint.name if checkpoint else 'the initial model'} "
+            f"(learner restart {self._learner_restarts} of learner.max_restarts={self.config.learner.max_restarts})",
+            flush=True,
+        )
+        self._prefetch.discard()  # async: the batch generated ahead comes from the rewound stream again
+        self.parts.learner.restart(str(checkpoint) if checkpoint else None)
+        self.parts.transport.learner_replaced()
+        self._log.close()
+        self.run_dir.forget_after(state.step)
+        self._log = MetricsLog(self.run_dir.metrics)
+        self.stream.position = state.stream_position
+        self.policy_version = state.policy_version
+        engines = self.parts.pool.engines
+        sync = self.parts.learner.sync(self.parts.transport, dict(engines.actors), self.policy_version)
+        for engine_id, error in sync.dead.items():
+            engines.engine_died(engine_id, error)
+        return state.step
 
     def _on_interrupt(self, signum, frame) -> None:
         if self._stop_requested:
@@ -180,7 +222,7 @@ class GRPORun:
 
         self.policy_version += 1
         engines = self.parts.pool.engines
-        sync = self.parts.transport.sync(self.parts.learner.lead, dict(engines.actors), self.policy_version)
+        sync = self.parts.learner.sync(self.parts.transport, dict(engines.actors), self.policy_version)
         if not self._prefetch.running:  # on-policy: the pool is idle, replace dead engines now
             for engine_id, error in sync.dead.items():
                 engines.engine_died(engine_id, error)

@@ -32,6 +32,11 @@ class Prefetcher:
         future, self._next = self._next, None
         return future.result()
 
+    def discard(self) -> None:
+        """Drop the batch being generated ahead, once it is done (its prompts are taken again)."""
+        if self._next is not None:
+            self.take()
+
     @property
     def running(self) -> bool:
         return self._next is not None

@@ -136,6 +136,20 @@ class RunDir:
         return run
 
 
+def resume_hint(run_dir: RunDir, saved: tuple[Path, ResumeState] | None) -> str:
+    """What a stopped run can be continued from, and the command that does it."""
+    if saved is None:
+        return (
+            "no checkpoint was written before that, so there is nothing to resume: start the run again with another "
+            "output_dir (save_steps=N checkpoints every N steps)"
+        )
+    checkpoint, state = saved
+    return (
+        f"the last complete checkpoint is {checkpoint} (step {state.step}); continue with: "
+        f"python -m orchestrator train --resume {run_dir.root}"
+    )
+
+
 def _read_checkpoint(folder: Path) -> tuple[ResumeState | None, str | None]:
     """(the driver's state, None) for a usable checkpoint, else (None, what is wrong with it)."""
     from orchestrator.models import model_folder_problem

@@ -56,6 +56,11 @@ class NcclTransport(WeightTransport):
             raise RuntimeError(f"engines {sorted(dead)} died while opening the NCCL weight-transfer group")
         self._group = tuple(sorted(engines))
 
+    def learner_replaced(self) -> None:
+        """The NCCL group's rank 0 is gone, and with it the group: every engine takes the
+        object-store path from now on, as when an engine of the group is lost."""
+        self._group = ()
+
     def sync(self, learner, engines: dict[int, object], version: int) -> SyncReport:
         start = time.monotonic()
         deadline = start + self.timeout_s

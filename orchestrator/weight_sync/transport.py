@@ -43,6 +43,10 @@ class WeightTransport(abc.ABC):
     def sync(self, learner, engines: dict[int, object], version: int) -> SyncReport:
         """Every engine holds the learner's weights as `version` when this returns."""
 
+    def learner_replaced(self) -> None:
+        """A new learner actor publishes from now on (the old one died); nothing to do unless the
+        transport holds a connection to the old one."""
+
     def _await(self, refs: dict[int, object], what: str, deadline: float) -> tuple[dict[int, object], dict[int, BaseException]]:
         """(results, dead engines) of one remote call per engine (key -1: the learner), by the deadline."""
         import ray

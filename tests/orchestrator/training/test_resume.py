@@ -12,9 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.engines
 
-STEPS = 6
-ARGS = ["prompts_per_step=2", "num_generations=4", "max_completion_length=12", f"max_steps={STEPS}",
-        "learning_rate=3e-3", "seed=5", "plot_steps=100"]
+from tests.orchestrator.training.short_run import ARGS, STEPS
 
 
 def _train(*args, timeout=600):
@@ -25,15 +23,19 @@ def _rewards(run_dir):
     return [json.loads(line)["reward_mean"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def _engine_processes() -> int:
-    return sum("EngineCore" in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
+def _engine_processes(driver: subprocess.Popen) -> list[psutil.Process]:
+    """The driver's vLLM engine processes (other runs on the machine have their own)."""
+    found = []
+    for process in psutil.Process(driver.pid).children(recursive=True):
+        try:
+            if "EngineCore" in " ".join(process.cmdline()):
+                found.append(process)
+        except psutil.Error:  # exited meanwhile
+            continue
+    return found
 
 
-def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(tmp_path):
-    whole = _train(*ARGS, f"output_dir={tmp_path}/whole")
-    assert whole.returncode == 0, whole.stderr[-3000:]
-
-    engines_before = _engine_processes()
+def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(tmp_path, uninterrupted_rewards):
     run = tmp_path / "interrupted"
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "train", *ARGS, f"output_dir={run}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -41,6 +43,8 @@ def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(tmp_path):
     while not ((run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").read_text().count("\n") >= 2):
         assert proc.poll() is None and time.monotonic() < deadline, "run ended or stalled before step 2"
         time.sleep(0.05)
+    engines = _engine_processes(proc)
+    assert engines
     proc.send_signal(signal.SIGINT)  # Ctrl-C
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
@@ -48,12 +52,12 @@ def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(tmp_path):
     stopped_at = len(_rewards(run))
     assert 2 <= stopped_at < STEPS
     assert (run / "checkpoints" / f"step-{stopped_at:06d}" / "learner_state.pt").is_file()
-    time.sleep(2)
-    assert _engine_processes() == engines_before, "the interrupted run left vLLM engine processes behind"
+    _, alive = psutil.wait_procs(engines, timeout=10)
+    assert not alive, "the interrupted run left vLLM engine processes behind"
 
     resumed = _train("--resume", str(run))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"from step-{stopped_at:06d}" in resumed.stdout
-    assert _rewards(run) == pytest.approx(_rewards(tmp_path / "whole"), abs=1e-6)
+    assert _rewards(run) == pytest.approx(uninterrupted_rewards, abs=1e-6)
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, STEPS + 1))
