@@ -14,7 +14,8 @@ class NoNodeLauncher(ActorLauncher):
     """Engine actors that ask for a resource no node has, so they wait for a node forever."""
 
     def launch(self, engine_id, model, tokenizer_ref, config, device, seed, options):
-        return super().launch(engine_id, model, tokenizer_ref, config, device, seed, {**options, "resources": {"gone": 1}})
+        options = {**options, "resources": {"gone": 1}}
+        return super().launch(engine_id, model, tokenizer_ref, config, device, seed, options)
 
 
 def test_shutdown_cancels_an_engine_still_waiting_for_a_node(learner_tokenizer, ray_session):
