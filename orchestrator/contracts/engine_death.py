@@ -19,6 +19,9 @@ def is_engine_death(error: BaseException) -> bool:
 
 
 def reason(error: BaseException) -> str:
-    """One line: the underlying error's type and the first line of its message."""
+    """One line: the underlying error's type and the first line of its message, and, when the engine
+    went down with its node, Ray's line saying so (it names the node; the first line does not)."""
     cause = getattr(error, "cause", None) or error
-    return f"{type(cause).__name__}: {str(cause).splitlines()[0][:200] if str(cause) else ''}"
+    lines = str(cause).splitlines() or [""]
+    node_lost = [line.strip() for line in lines[1:] if "node has died" in line][:1]
+    return f"{type(cause).__name__}: " + " ".join([lines[0][:200], *node_lost])
