@@ -22,6 +22,7 @@ from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
 from orchestrator.placement.labels import ROLE_LABEL, ROLLOUT_ROLE
 from orchestrator.rollout.launcher import ActorLauncher, EngineLauncher
+from orchestrator.weight_sync.transport import LearnerSyncTimeout
 
 
 class TokenizerMismatchError(UserError):
@@ -165,6 +166,8 @@ class EngineGroup:
                 self.on_engine_ready(engine_id, entry.actor)  # current weights before the first request
             except Exception as error:
                 self.kill(engine_id, entry.actor)
+                if isinstance(error, LearnerSyncTimeout):
+                    raise  # the learner is stuck, not this engine
                 self._fail_or_warn(strict, f"engine {engine_id} could not load the current weights: {reason(error)}")
                 return False
         self.actors[engine_id] = entry.actor

@@ -76,9 +76,7 @@ class GRPORun:
 
     def _sync_new_engine(self, engine_id: int, actor) -> None:
         """A new or replacement engine serves only once it holds the current policy."""
-        report = self.parts.transport.sync(self.parts.learner.lead, {engine_id: actor}, self.policy_version)
-        if report.dead:
-            raise RuntimeError(f"engine {engine_id} died while loading the current weights")
+        self.parts.transport.load_current(self.parts.learner.lead, engine_id, actor, self.policy_version)
 
     def run(self) -> list[dict]:
         """Run the remaining steps. Ctrl-C finishes the current step, checkpoints and returns;
@@ -180,11 +178,13 @@ class GRPORun:
 
         self.policy_version += 1
         engines = self.parts.pool.engines
-        sync = self.parts.transport.sync(self.parts.learner.lead, dict(engines.actors), self.policy_version)
-        if not self._prefetch.running:  # on-policy: the pool is idle, replace dead engines now
-            for engine_id, error in sync.dead.items():
+        actors = dict(engines.actors)
+        sync = self.parts.transport.sync(self.parts.learner.lead, actors, self.policy_version)
+        for engine_id, error in sync.dead.items():  # died, failed its load, or missed the deadline
+            if self._prefetch.running:  # the generation thread owns the pool: it replaces the engine
+                engines.launcher.kill(actors[engine_id])  # when its next call to it fails
+            else:  # on-policy: the pool is idle, replace it now
                 engines.engine_died(engine_id, error)
-        # (async: the generation thread owns the pool and finds the dead engine on its next request)
         synced = time.perf_counter()
 
         table = with_training_columns(table, step, scores, advantages)
