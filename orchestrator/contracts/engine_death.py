@@ -13,7 +13,8 @@ class WeightLoadFailedError(RuntimeError):
     generates again (it stays paused until it is replaced)."""
 
 
-ENGINE_DEATHS = {"EngineDeadError", "EngineGenerateError", "TimeoutError", WeightLoadFailedError.__name__}  # "replace it"
+# Causes that mean "replace it".
+ENGINE_DEATHS = {"EngineDeadError", "EngineGenerateError", "TimeoutError", WeightLoadFailedError.__name__}
 
 
 def is_engine_death(error: BaseException) -> bool:

@@ -67,7 +67,8 @@ class WeightTransport(abc.ABC):
 
         report = self.sync(learner, {engine_id: actor}, version)
         if engine_id in report.dead:
-            raise WeightSyncError(f"engine {engine_id} did not load policy version {version}: {reason(report.dead[engine_id])}")
+            why = reason(report.dead[engine_id])
+            raise WeightSyncError(f"engine {engine_id} did not load policy version {version}: {why}")
         return report
 
     def _await(self, refs: dict[int, object], what: str, deadline: float) -> tuple[dict[int, object], dict[int, BaseException]]:

@@ -128,7 +128,8 @@ def test_a_learner_that_never_answers_raises_learner_sync_timeout(faults):
     learner = _learner(faults, published_checksum=faults.hangs())
     engines = {0: _engine(faults), 1: _engine(faults, load_weights=faults.hangs())}
     start = time.monotonic()
-    with pytest.raises(LearnerSyncTimeout, match=r"did not finish within weight_sync.timeout_s=2.0s: waiting on the learner, engine 1") as caught:
+    waiting = r"did not finish within weight_sync.timeout_s=2.0s: waiting on the learner, engine 1"
+    with pytest.raises(LearnerSyncTimeout, match=waiting) as caught:
         ObjectStoreTransport(TIMEOUT_S, 1 << 20).sync(learner, engines, version=3)
     assert time.monotonic() - start < TIMEOUT_S + MARGIN_S
     assert list(caught.value.engines) == [1]  # to replace along with the learner
@@ -156,7 +157,11 @@ def test_on_the_nccl_path_a_failed_receiver_is_reported_dead_when_the_learner_fi
     from orchestrator.weight_sync.nccl import NcclTransport
 
     transport = NcclTransport(TIMEOUT_S, 1 << 20)
-    engines = {0: _engine(faults), 1: _engine(faults, receive_nccl=faults.raises(_load_failed())), 2: _engine(faults, receive_nccl=faults.hangs())}
+    engines = {
+        0: _engine(faults),
+        1: _engine(faults, receive_nccl=faults.raises(_load_failed())),
+        2: _engine(faults, receive_nccl=faults.hangs()),
+    }
     report, took = _timed(lambda: transport.sync(_learner(faults), engines, version=3))
     assert took < TIMEOUT_S + MARGIN_S
     assert sorted(report.dead) == [1, 2]
@@ -189,5 +194,6 @@ def test_a_new_engine_that_fails_its_first_load_is_not_admitted(faults):
     from orchestrator.weight_sync.transport import WeightSyncError
 
     engine = _engine(faults, load_weights=faults.raises(_load_failed()))
-    with pytest.raises(WeightSyncError, match=r"engine 5 did not load policy version 3: WeightLoadFailedError: engine 1"):
+    failure = r"engine 5 did not load policy version 3: WeightLoadFailedError: engine 1"
+    with pytest.raises(WeightSyncError, match=failure):
         ObjectStoreTransport(TIMEOUT_S, 1 << 20).load_current(_learner(faults), 5, engine, version=3)

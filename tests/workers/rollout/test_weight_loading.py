@@ -43,7 +43,8 @@ def test_a_load_that_succeeds_pauses_then_resumes():
 
 def test_a_load_that_raises_stays_paused_and_refuses_to_generate():
     scheduler, loads = _loads()
-    with pytest.raises(WeightLoadFailedError, match=r"engine 3: loading policy version 2 failed part-way \(KeyError: 'model.layers.9"):
+    failure = r"engine 3: loading policy version 2 failed part-way \(KeyError: 'model.layers.9"
+    with pytest.raises(WeightLoadFailedError, match=failure):
         asyncio.run(loads.load(2, _bad_load))
     assert scheduler.events == ["pause"] and loads.failed  # never resumed
     with pytest.raises(WeightLoadFailedError, match="refuses to generate until the pool replaces it"):
