@@ -29,7 +29,8 @@ from orchestrator.contracts.errors import RunError
 
 
 class WeightSyncError(RunError):
-    """A sync missed its deadline, or an engine holds weights other than the learner's."""
+    """The learner missed a sync's deadline (`LearnerSyncTimeout`), an engine holds weights other than the
+    learner's, or a new engine did not take the current weights."""
 
 
 class LearnerSyncTimeout(WeightSyncError):

@@ -24,7 +24,8 @@ class _BrokenLearner:
         from workers.weights.buckets import checksum, pack
 
         weights = load_file(str(tiny.model_dir / "model.safetensors"))
-        named = [("model.embed_tokens.weight", weights["model.embed_tokens.weight"]), ("model.norm.weight", torch.ones(3))]
+        embedding = weights["model.embed_tokens.weight"]
+        named = [("model.embed_tokens.weight", embedding), ("model.norm.weight", torch.ones(3))]
         buckets = pack(named, bucket_bytes=1)  # one bucket per tensor: the first loads, the second fails
         refs = [ray.put(bucket) for bucket in buckets]
         self.publish_weights = _Remote(lambda bucket_bytes: ray.put((refs, sum(b.nbytes for b in buckets))))
@@ -52,7 +53,8 @@ def test_an_engine_whose_load_fails_refuses_to_generate_and_is_replaced(pool, le
     actor, restarts = engines.actors[victim], engines.restarts
     version_before = ray.get(actor.policy_version.remote())
 
-    report = ObjectStoreTransport(timeout_s=120, bucket_bytes=1 << 20).sync(_BrokenLearner(tiny), {victim: actor}, version=7)
+    transport = ObjectStoreTransport(timeout_s=120, bucket_bytes=1 << 20)
+    report = transport.sync(_BrokenLearner(tiny), {victim: actor}, version=7)
     assert list(report.dead) == [victim]
     assert isinstance(report.dead[victim].cause, WeightLoadFailedError)
     assert f"engine {victim}: loading policy version 7 failed part-way" in str(report.dead[victim])
