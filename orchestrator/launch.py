@@ -101,11 +101,15 @@ def start_training(
     longest_prompt = max_prompt_tokens or config.max_prompt_length or 0
     sized_for = (json.loads(bundle.files["config.json"]), config.samples_per_step, longest_prompt + config.max_completion_length)
     if cluster.device == "cpu":  # each engine loads the weights as it is admitted
-        load = lambda engine_id, actor: learner.sync(transport, {engine_id: actor}, policy_version)  # noqa: E731
+        def load(engine_id, actor):
+            learner.load_current(transport, engine_id, actor, policy_version)
+
         pool = start_pool(cluster, None, canonical, rollout, config.seed, bundle, sized_for=sized_for, on_engine_ready=load)
     else:  # one NCCL group for every engine: admit them all, then sync them together before any request
         pool = start_pool(cluster, None, canonical, rollout, config.seed, bundle, sized_for=sized_for)
-        learner.sync(transport, dict(pool.engines.actors), policy_version)
+        report = learner.sync(transport, dict(pool.engines.actors), policy_version)
+        for engine_id, error in report.dead.items():  # its replacement loads the weights as it is admitted
+            pool.engines.engine_died(engine_id, error)
     return Components(learner=learner, pool=pool, transport=transport, tokenizer=canonical)
 
 

@@ -2,11 +2,19 @@
 
 The pool replaces an engine whose call failed this way and sends its groups elsewhere; a weight
 sync reports such an engine as dead instead of failing the run. Any other failure propagates.
+An engine whose weight load failed part-way is alive but unusable, so it counts as dead too.
 """
 
 from __future__ import annotations
 
-ENGINE_DEATHS = {"EngineDeadError", "EngineGenerateError", "TimeoutError"}  # causes that mean "replace it"
+
+class WeightLoadFailedError(RuntimeError):
+    """An engine's weight load failed part-way: it holds a mix of two policies, so it never
+    generates again (it stays paused until it is replaced)."""
+
+
+# Causes that mean "replace it".
+ENGINE_DEATHS = {"EngineDeadError", "EngineGenerateError", "TimeoutError", WeightLoadFailedError.__name__}
 
 
 def is_engine_death(error: BaseException) -> bool:

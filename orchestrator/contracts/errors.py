@@ -8,3 +8,8 @@ class UserError(Exception):
 class RunError(Exception):
     """A fault that stops a run (a sync past its deadline, wrong weights, no engine left): the CLI
     prints the message without a traceback and exits with 1."""
+
+
+class LearnerDiedError(RunError):
+    """The learner actor is gone (killed, out of memory, crashed) or stuck past a sync's deadline.
+    The step loop restarts it from the last checkpoint (`learner.max_restarts`) or stops the run."""

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from orchestrator.contracts.engine_death import reason
-from orchestrator.contracts.errors import RunError, UserError
+from orchestrator.contracts.errors import LearnerDiedError, RunError, UserError
 from orchestrator.contracts.fingerprint import differences, fingerprint
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
@@ -165,6 +165,8 @@ class EngineGroup:
                 self.on_engine_ready(engine_id, entry.actor)  # current weights before the first request
             except Exception as error:
                 self.kill(engine_id, entry.actor)
+                if isinstance(error, LearnerDiedError):
+                    raise  # the learner is dead or stuck, not this engine
                 self._fail_or_warn(strict, f"engine {engine_id} could not load the current weights: {reason(error)}")
                 return False
         self.actors[engine_id] = entry.actor

@@ -12,14 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from orchestrator.contracts.errors import RunError
 
 _COUNTERS = (Path("/proc/vmstat"), Path("/sys/fs/cgroup/memory.events"), Path("/sys/fs/cgroup/memory/memory.oom_control"))
-
-
-class LearnerDiedError(RunError):
-    """The learner actor is gone (killed, out of memory, crashed) or stuck past a sync deadline.
-    The step loop restarts it from the last checkpoint (`learner.max_restarts`) or stops the run."""
 
 
 def oom_kills(counters: tuple[Path, ...] = _COUNTERS) -> dict[str, int]:

@@ -9,10 +9,13 @@ surfaces as `LearnerDiedError` saying why (learner_death.py); `restart` replaces
 
 from __future__ import annotations
 
+import contextlib
+
+from orchestrator.contracts.errors import LearnerDiedError
 from orchestrator.contracts.learning import GRPOSettings
 from orchestrator.contracts.tokenizer import TokenizerBundle
 from orchestrator.placement.labels import LEARNER_ROLE
-from orchestrator.training.learner_death import LearnerDiedError, death_cause, oom_kills
+from orchestrator.training.learner_death import death_cause, oom_kills
 
 _PROBE_TIMEOUT_S = 10.0  # asking the learner's node for its OOM counters
 
@@ -62,20 +65,24 @@ class LearnerGroup:
         return self._call("saving a checkpoint", self.lead.save.remote(folder))
 
     def sync(self, transport, engines: dict[int, object], version: int):
-        """`transport.sync` from this learner; its death (or a learner stuck past the deadline)
-        becomes `LearnerDiedError` (engine deaths stay in the report)."""
+        """`transport.sync` from this learner. Its death becomes `LearnerDiedError`, as a learner stuck
+        past the deadline already is (`LearnerSyncTimeout`); engine deaths stay in the report."""
+        with self._publishing():
+            return transport.sync(self.lead, engines, version)
+
+    def load_current(self, transport, engine_id: int, actor, version: int):
+        """`transport.load_current` (a new engine's first weights) from this learner, as `sync`."""
+        with self._publishing():
+            return transport.load_current(self.lead, engine_id, actor, version)
+
+    @contextlib.contextmanager
+    def _publishing(self):
         import ray
 
-        from orchestrator.weight_sync.transport import WeightSyncError
-
         try:
-            return transport.sync(self.lead, engines, version)
+            yield
         except ray.exceptions.RayActorError as error:  # an engine's death is reported, never raised
             raise self._died("publishing weights", error) from None
-        except WeightSyncError as error:
-            if getattr(error, "learner_late", False):
-                raise LearnerDiedError(f"the learner is stuck: {error}") from None
-            raise
 
     def node_ids(self) -> list[str]:
         return [self._node_id or self._call("starting", self.lead.node_id.remote())]

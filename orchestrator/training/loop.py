@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from orchestrator.config.train import TrainConfig
-from orchestrator.contracts.errors import RunError
+from orchestrator.contracts.errors import LearnerDiedError, RunError
 from orchestrator.data.stream import PromptStream
 from orchestrator.launch import Components
 from orchestrator.rollout.table import rollout_table, with_training_columns, write_parquet
@@ -31,7 +31,6 @@ from orchestrator.training.batch import learner_batch
 from orchestrator.training.control import ControlFile
 from orchestrator.training.evaluation import EvalSet, Evaluation
 from orchestrator.training.evaluation import progress_line as eval_progress_line
-from orchestrator.training.learner_death import LearnerDiedError
 from orchestrator.training.metrics import MetricsLog, progress_line, read_metrics, rollout_metrics
 from orchestrator.training.prefetch import Prefetcher
 from orchestrator.training.requests import build_requests
@@ -78,9 +77,7 @@ class GRPORun:
 
     def _sync_new_engine(self, engine_id: int, actor) -> None:
         """A new or replacement engine serves only once it holds the current policy."""
-        report = self.parts.learner.sync(self.parts.transport, {engine_id: actor}, self.policy_version)
-        if report.dead:
-            raise RuntimeError(f"engine {engine_id} died while loading the current weights")
+        self.parts.learner.load_current(self.parts.transport, engine_id, actor, self.policy_version)
 
     def run(self) -> list[dict]:
         """Run the remaining steps. Ctrl-C finishes the current step, checkpoints and returns;
@@ -222,11 +219,13 @@ class GRPORun:
 
         self.policy_version += 1
         engines = self.parts.pool.engines
-        sync = self.parts.learner.sync(self.parts.transport, dict(engines.actors), self.policy_version)
-        if not self._prefetch.running:  # on-policy: the pool is idle, replace dead engines now
-            for engine_id, error in sync.dead.items():
+        actors = dict(engines.actors)
+        sync = self.parts.learner.sync(self.parts.transport, actors, self.policy_version)
+        for engine_id, error in sync.dead.items():  # died, failed its load, or missed the deadline
+            if self._prefetch.running:  # the generation thread owns the pool: it replaces the engine
+                engines.launcher.kill(actors[engine_id])  # when its next call to it fails
+            else:  # on-policy: the pool is idle, replace it now
                 engines.engine_died(engine_id, error)
-        # (async: the generation thread owns the pool and finds the dead engine on its next request)
         synced = time.perf_counter()
 
         table = with_training_columns(table, step, scores, advantages)

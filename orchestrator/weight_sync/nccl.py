@@ -11,6 +11,12 @@ Engines that join later (replacements, `orchestrator scale`) take the object-sto
 works on GPUs too. Once a group member is gone the group cannot broadcast any more (NCCL needs
 every rank), so from then on every engine takes the object-store path: slower, never wrong.
 
+A member that dies mid-broadcast leaves the learner's broadcast (and the other members' receives)
+blocked for good: vLLM's `PyNcclCommunicator` has no timeout, and its only way out, `destroy()`
+(ncclCommAbort), would have to be called from a second thread inside the learner actor. So the
+sync raises `LearnerSyncTimeout` at the deadline (the learner is then restarted), the group is
+given up, and the engines stuck in it stay paused until they are replaced.
+
 Written against vLLM 0.32's `vllm.distributed.weight_transfer` API; exercised only on machines
 with CUDA GPUs (tests marked `gpu`).
 """
@@ -20,7 +26,7 @@ from __future__ import annotations
 import time
 
 from orchestrator.weight_sync.object_store import ObjectStoreTransport
-from orchestrator.weight_sync.transport import SyncReport, WeightTransport
+from orchestrator.weight_sync.transport import LearnerSyncTimeout, SyncReport, WeightTransport
 from workers.weights.nccl import UNVERIFIED
 
 
@@ -31,7 +37,9 @@ class NcclTransport(WeightTransport):
         self._group: tuple[int, ...] | None = None  # engine ids the NCCL group was opened for
         self._fallback = ObjectStoreTransport(timeout_s, bucket_bytes)
 
-    def _open(self, learner, engines: dict[int, object], deadline: float) -> None:
+    def _open(self, learner, engines: dict[int, object], deadline: float) -> dict[int, BaseException]:
+        """Open the group for `engines`; returns the engines that failed to join (the group is then
+        unusable: NCCL needs every rank)."""
         # Rank 0 (the learner) binds the rendezvous, so it picks the address and port on its own node:
         # an address chosen on the driver's node cannot be bound anywhere else.
         endpoint = self._await({-1: learner.nccl_endpoint.remote()}, "choosing the NCCL rendezvous", deadline)[0][-1]
@@ -52,9 +60,7 @@ class NcclTransport(WeightTransport):
         }
         joins[-1] = learner.nccl_open.remote(address, port, world_size)
         _, dead = self._await(joins, "opening the NCCL weight-transfer group", deadline)
-        if dead:
-            raise RuntimeError(f"engines {sorted(dead)} died while opening the NCCL weight-transfer group")
-        self._group = tuple(sorted(engines))
+        return dead
 
     def learner_replaced(self) -> None:
         """The NCCL group's rank 0 is gone, and with it the group: every engine takes the
@@ -64,23 +70,37 @@ class NcclTransport(WeightTransport):
     def sync(self, learner, engines: dict[int, object], version: int) -> SyncReport:
         start = time.monotonic()
         deadline = start + self.timeout_s
-        if self._group is None:
-            self._open(learner, engines, deadline)
-        intact = all(engine_id in engines for engine_id in self._group)
-        members = {e: a for e, a in engines.items() if intact and e in self._group}
+        dead: dict[int, BaseException] = {}
+        try:
+            if self._group is None:
+                dead = self._open(learner, engines, deadline)
+                self._group = () if dead else tuple(sorted(engines))
+            engines = {e: a for e, a in engines.items() if e not in dead}
+            intact = all(engine_id in engines for engine_id in self._group)
+            members = {e: a for e, a in engines.items() if intact and e in self._group}
+            nbytes = 0
+            if members:
+                nbytes, failed = self._broadcast(learner, members, version, deadline)
+                dead.update(failed)
+                if failed:
+                    self._group = ()  # a member is gone: the next round would wait for it forever
+        except Exception:
+            self._group = ()  # a rank died or the learner is stuck: the group can never broadcast again
+            raise
         others = {e: a for e, a in engines.items() if e not in members}
-        nbytes, dead = 0, {}
-        if members:
-            metadata = self._await({-1: learner.weight_metadata.remote()}, "reading weight metadata", deadline)[0][-1]
-            receives = {engine_id: actor.receive_nccl.remote(metadata, version) for engine_id, actor in members.items()}
-            receives[-1] = learner.nccl_send.remote(self.bucket_bytes)
-            results, dead = self._await(receives, f"NCCL weight sync to version {version}", deadline)
-            _, nbytes = results.pop(-1)
-            # Engines load NCCL bytes straight into their parameters, so there is no received buffer to
-            # checksum: on this path only the policy version is verified.
-            self._verify(UNVERIFIED, version, results)
         if others:
-            report = self._fallback.sync(learner, others, version)
-            nbytes, dead = nbytes or report.bytes, {**dead, **report.dead}
+            _, sent, failed = self._fallback.sync_by(learner, others, version, deadline)
+            nbytes, dead = nbytes or sent, {**dead, **failed}
         return SyncReport(version, UNVERIFIED, nbytes, time.monotonic() - start, dead)
 
+    def _broadcast(self, learner, members: dict[int, object], version: int, deadline: float) -> tuple[int, dict]:
+        """One NCCL round to the group's members: (bytes sent, members that failed)."""
+        metadata = self._await({-1: learner.weight_metadata.remote()}, "reading weight metadata", deadline)[0][-1]
+        receives = {engine_id: actor.receive_nccl.remote(metadata, version) for engine_id, actor in members.items()}
+        receives[-1] = learner.nccl_send.remote(self.bucket_bytes)
+        results, failed = self._await(receives, f"NCCL weight sync to version {version}", deadline)
+        _, nbytes = results.pop(-1)
+        # Engines load NCCL bytes straight into their parameters, so there is no received buffer to
+        # checksum: on this path only the policy version is verified.
+        self._verify(UNVERIFIED, version, results)
+        return nbytes, failed

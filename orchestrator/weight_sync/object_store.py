@@ -3,6 +3,7 @@
 The learner puts its weights in the store in buckets; each engine actor pulls them (node to node,
 read in place on its node), loads them, and reports the checksum of what its vLLM workers loaded,
 which must equal the learner's checksum of what it published (computed while the engines load).
+An engine whose load fails is reported in `SyncReport.dead` and refuses to generate until replaced.
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ from orchestrator.weight_sync.transport import SyncReport, WeightTransport
 class ObjectStoreTransport(WeightTransport):
     def sync(self, learner, engines: dict[int, object], version: int) -> SyncReport:
         start = time.monotonic()
-        deadline = start + self.timeout_s
+        digest, nbytes, dead = self.sync_by(learner, engines, version, start + self.timeout_s)
+        return SyncReport(version, digest, nbytes, time.monotonic() - start, dead)
+
+    def sync_by(self, learner, engines: dict[int, object], version: int, deadline: float) -> tuple[str, int, dict]:
+        """(checksum, bytes, failed engines) of a sync that ends by `deadline` (the NCCL path's fallback
+        shares its deadline)."""
         published, _ = self._await({-1: learner.publish_weights.remote(self.bucket_bytes)}, "publishing weights", deadline)
         bucket_refs, nbytes = published[-1]
         calls = {engine_id: actor.load_weights.remote(bucket_refs, version) for engine_id, actor in engines.items()}
@@ -23,4 +29,4 @@ class ObjectStoreTransport(WeightTransport):
         reports, dead = self._await(calls, f"weight sync to version {version}", deadline)
         digest = reports.pop(-1)
         self._verify(digest, version, reports)
-        return SyncReport(version, digest, nbytes, time.monotonic() - start, dead)
+        return digest, nbytes, dead

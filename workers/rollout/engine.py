@@ -1,7 +1,8 @@
 """One vLLM engine that generates groups: where every sample is born.
 
 A plain class (no Ray in it) around vLLM's `AsyncLLM`: continuous batching across all groups in
-flight, and pause/resume for weight updates. It is built with the canonical tokenizer from a
+flight, and pause/resume for weight updates (weight_loading.py: a load that fails part-way never
+resumes, and the engine then refuses to generate). It is built with the canonical tokenizer from a
 folder the caller wrote, and it reports the fingerprint of the tokenizer vLLM really loaded.
 """
 
@@ -19,6 +20,7 @@ from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tools import ToolUse
 from workers.rollout.multi_turn import CallTool, Vocabulary, run_sample
 from workers.rollout.sampling import to_samples, to_turn, turn_params, turn_seed, vllm_params
+from workers.rollout.weight_loading import WeightLoads
 from workers.weights.buckets import WeightBucket
 from workers.weights.staging import StagingBuffer
 
@@ -82,6 +84,7 @@ class RolloutEngine:
         self._staging = StagingBuffer()  # weights reach vLLM's workers through it
         self._loading = asyncio.Lock()
         self._llm = AsyncLLM.from_engine_args(engine_args(model, tokenizer_dir, config, device, seed, placeholder_weights))
+        self._loads = WeightLoads(engine_id, pause=self._pause, resume=self._llm.resume_generation)
         tokenizer = self._llm.get_tokenizer()
         self._eos_id = tokenizer.eos_token_id
         self._eos_text = tokenizer.eos_token
@@ -98,12 +101,14 @@ class RolloutEngine:
         return fingerprint(self._llm.get_tokenizer())
 
     async def generate(self, request: GroupRequest) -> GroupResult:
-        """All `num_generations` samples of one group, stamped with the policy that made them."""
+        """All `num_generations` samples of one group, stamped with the policy that made them. Raises
+        `WeightLoadFailedError` once a weight load failed part-way (before or while it runs)."""
+        self._loads.check()
         version = self.policy_version
         request_ids: list[str] = []
         work = self._tool_samples(request, request_ids) if request.tools else self._samples(request, request_ids)
         try:
-            samples = await asyncio.wait_for(work, self.config.request_timeout_s)
+            samples = await asyncio.wait_for(self._loads.unless_failed(work), self.config.request_timeout_s)
         except TimeoutError:
             await self._llm.abort(request_ids)
             raise TimeoutError(
@@ -168,19 +173,24 @@ class RolloutEngine:
 
     async def load_weights(self, buckets: list[WeightBucket], version: int) -> tuple[int, str]:
         """Lay the buckets out in shared memory, then pause, load them in place, resume; requests in
-        flight are kept, not dropped. Staging first keeps the copy out of the pause."""
-        async with self._loading:  # one load at a time: they share the staging region
-            staged = self._staging.stage(buckets)
-            await self._pause()
+        flight are kept, not dropped. Staging first keeps the copy out of the pause. A load that
+        fails (or whose workers disagree) raises `WeightLoadFailedError` and never resumes."""
+
+        async def load() -> str:
             try:
                 checksums = await self._llm.collective_rpc("load_weight_buckets", args=(staged,))
             finally:
                 self._staging.attached()
-                await self._llm.resume_generation()
-        if len(set(checksums)) != 1:
-            raise RuntimeError(f"engine {self.engine_id}: workers loaded different weights: {checksums}")
+            if len(set(checksums)) != 1:
+                raise RuntimeError(f"workers loaded different weights: {checksums}")
+            return checksums[0]
+
+        async with self._loading:  # one load at a time: they share the staging region
+            self._loads.check()  # before staging: a failed engine takes no more loads
+            staged = self._staging.stage(buckets)
+            digest = await self._loads.load(version, load)
         self.policy_version = version
-        return version, checksums[0]
+        return version, digest
 
     async def _pause(self) -> None:
         """`AsyncLLM.pause_generation(mode="keep", clear_cache=True)` without its closing 20 ms sleep,
@@ -196,18 +206,18 @@ class RolloutEngine:
         await self._llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
 
     async def receive_nccl(self, metadata: dict, version: int) -> tuple[int, str]:
-        """GPU path: the same pause -> load -> resume as `load_weights`, bytes over NCCL."""
+        """GPU path: the same pause -> load -> resume as `load_weights`, bytes over NCCL (a receive
+        that never completes, because a peer died mid-broadcast, keeps the engine paused)."""
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
 
         from workers.weights.nccl import UNVERIFIED
 
-        await self._pause()
-        try:
+        async def load() -> None:
             await self._llm.start_weight_update()
             await self._llm.update_weights(WeightTransferUpdateRequest(update_info=metadata))
             await self._llm.finish_weight_update(weight_version=str(version))
-        finally:
-            await self._llm.resume_generation()
+
+        await self._loads.load(version, load)
         self.policy_version = version
         return version, UNVERIFIED
 

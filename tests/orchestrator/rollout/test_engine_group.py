@@ -1,13 +1,72 @@
-"""The end of a run does not wait for an engine that never found a node (a replacement after a node
-was lost, when no other rollout node has room): it is cancelled, not asked to shut down."""
+"""The engine group's edge cases, on real Ray. Admitting an engine when its first weight load goes
+wrong: an engine that fails it is dropped and the pool goes on; a dead or stuck learner is not blamed
+on the engine but reaches the caller, who restarts the learner (simulated engines). The end of a run
+does not wait for an engine that never found a node (a replacement after a node was lost, when no
+other rollout node has room): it is cancelled, not asked to shut down."""
 
 import time
 
 import pytest
 
+from orchestrator.bench.simulated_engine import TokenTiming
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.rollout.engine_group import EngineGroup
 from orchestrator.rollout.launcher import ActorLauncher
+
+FAST = TokenTiming(step_base_s=0.002, step_per_sample_s=0.0, prefill_per_token_s=0.0, mean_completion_tokens=8)
+
+
+@pytest.fixture
+def simulated(tiny, ray_session):
+    """(pool, requests) on 2 simulated engines; the launcher is closed after the test."""
+    from orchestrator.bench import simulation
+    from orchestrator.bench.simulated_engines import SimulatedLauncher
+    from orchestrator.rollout.pool import RolloutPool
+
+    tokenizer, requests, _ = simulation.workload(prompts=8, num_generations=2, max_tokens=16)
+    launcher = SimulatedLauncher(FAST)
+    config = RolloutConfig(engines=2, max_inflight_samples=4, num_cpus_per_engine=0)
+    pool = RolloutPool(EngineGroup(ray_session, "simulated", tokenizer, config, launcher=launcher))
+    yield pool, requests
+    pool.shutdown()
+    launcher.close()
+
+
+def test_an_engine_that_fails_its_first_load_is_dropped_and_the_pool_goes_on(simulated, capsys):
+    from orchestrator.weight_sync.transport import WeightSyncError
+
+    pool, requests = simulated
+    pool.start()
+    failure = WeightSyncError("engine 2 did not load policy version 3")
+    pool.engines.on_engine_ready = lambda engine_id, actor: _raise(failure)
+    pool.engines.resize(3)
+    assert pool.engines.admit_ready(block=True) == []  # what `generate` does before it dispatches
+    results = pool.generate(requests)
+    assert sorted(r.group_id for r in results) == list(range(8)) and sorted(pool.engines.actors) == [0, 1]
+    warning = "engine 2 could not load the current weights: WeightSyncError: engine 2 did not load policy version 3"
+    assert warning in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fault", ["stuck", "dead"])
+def test_a_learner_stuck_or_dead_while_a_new_engine_loads_reaches_the_caller(simulated, fault):
+    from orchestrator.contracts.errors import LearnerDiedError
+    from orchestrator.weight_sync.transport import LearnerSyncTimeout
+
+    pool, _ = simulated
+    pool.start()
+    if fault == "stuck":
+        error = LearnerSyncTimeout("publishing weights did not finish", engines={})
+    else:
+        error = LearnerDiedError("the learner died while publishing weights")
+    pool.engines.on_engine_ready = lambda engine_id, actor: _raise(error)
+    pool.engines.resize(3)
+    with pytest.raises(LearnerDiedError, match=str(error)):
+        pool.engines.admit_ready(block=True)  # what `generate` does before it dispatches
+    assert 2 not in pool.engines.actors and sorted(pool.engines.actors) == [0, 1]
+
+
+def _raise(error):
+    raise error
 
 
 class NoNodeLauncher(ActorLauncher):

@@ -1,0 +1,199 @@
+"""A sync always ends by `weight_sync.timeout_s`: an engine that fails its load, dies or never answers
+is reported dead (the pool replaces it) and the others are synced; a learner that never answers
+raises `LearnerSyncTimeout` (it is restarted). Real Ray, stand-ins for the actors' handles, so the
+NCCL path runs here too."""
+
+import time
+
+import pytest
+
+TIMEOUT_S, MARGIN_S = 2.0, 1.5
+
+
+class _Method:
+    def __init__(self, behaviour):
+        self.behaviour = behaviour
+
+    def remote(self, *args):
+        return self.behaviour(*args)
+
+
+class _Handle:
+    """An actor handle whose methods return ObjectRefs made by the given behaviours."""
+
+    def __init__(self, **behaviours):
+        for name, behaviour in behaviours.items():
+            setattr(self, name, _Method(behaviour))
+
+
+class _Stage:
+    """One async actor that plays every failing or hanging call (started once: no cold worker start
+    inside a timed sync)."""
+
+    async def fail(self, error):
+        raise error
+
+    async def hang(self):
+        import asyncio
+
+        await asyncio.sleep(3600)
+
+
+@pytest.fixture(scope="module")
+def faults(ray_session):
+    """Behaviours: `answers(value)`, `raises(error)`, `hangs()`."""
+    import ray
+
+    stage = ray.remote(_Stage).options(num_cpus=0).remote()
+    ray.get(stage.__ray_ready__.remote())
+
+    class Faults:
+        @staticmethod
+        def answers(value):
+            return lambda *args: ray.put(value(*args) if callable(value) else value)
+
+        @staticmethod
+        def raises(error):
+            return lambda *args: stage.fail.remote(error)
+
+        @staticmethod
+        def hangs():
+            return lambda *args: stage.hang.remote()
+
+    yield Faults
+    ray.kill(stage)
+
+
+def _learner(faults, **overrides):
+    behaviours = {
+        "publish_weights": faults.answers(([], 1234)),
+        "published_checksum": faults.answers("c0ffee"),
+        "nccl_endpoint": faults.answers(("127.0.0.1", 29500)),
+        "nccl_open": faults.answers(None),
+        "weight_metadata": faults.answers({}),
+        "nccl_send": faults.answers(("unverified", 1234)),
+    }
+    return _Handle(**{**behaviours, **overrides})
+
+
+def _engine(faults, **overrides):
+    from workers.weights.nccl import UNVERIFIED
+
+    behaviours = {
+        "load_weights": faults.answers(lambda refs, version: (version, "c0ffee")),
+        "init_nccl": faults.answers(None),
+        "receive_nccl": faults.answers(lambda metadata, version: (version, UNVERIFIED)),
+    }
+    return _Handle(**{**behaviours, **overrides})
+
+
+def _load_failed():
+    from orchestrator.contracts.engine_death import WeightLoadFailedError
+
+    return WeightLoadFailedError("engine 1: loading policy version 3 failed part-way (KeyError: 'lm_head.bias')")
+
+
+def _timed(fn):
+    start = time.monotonic()
+    result = fn()
+    return result, time.monotonic() - start
+
+
+def test_an_engine_whose_load_fails_is_reported_dead_and_the_others_are_synced(faults):
+    from orchestrator.weight_sync.object_store import ObjectStoreTransport
+
+    engines = {0: _engine(faults), 1: _engine(faults, load_weights=faults.raises(_load_failed()))}
+    report = ObjectStoreTransport(TIMEOUT_S, 1 << 20).sync(_learner(faults), engines, version=3)
+    assert report.version == 3 and report.checksum == "c0ffee"
+    assert list(report.dead) == [1] and "failed part-way" in str(report.dead[1])
+
+
+def test_an_engine_that_never_answers_is_reported_dead_at_the_deadline(faults):
+    from orchestrator.contracts.engine_death import reason
+    from orchestrator.weight_sync.object_store import ObjectStoreTransport
+
+    engines = {0: _engine(faults), 1: _engine(faults, load_weights=faults.hangs())}
+    report, took = _timed(lambda: ObjectStoreTransport(TIMEOUT_S, 1 << 20).sync(_learner(faults), engines, version=3))
+    assert TIMEOUT_S <= took < TIMEOUT_S + MARGIN_S
+    assert list(report.dead) == [1]
+    assert reason(report.dead[1]) == (
+        f"TimeoutError: engine 1: weight sync to version 3 did not finish within weight_sync.timeout_s={TIMEOUT_S}s"
+    )
+
+
+def test_a_learner_that_never_answers_raises_learner_sync_timeout(faults):
+    from orchestrator.weight_sync.object_store import ObjectStoreTransport
+    from orchestrator.weight_sync.transport import LearnerSyncTimeout
+
+    learner = _learner(faults, published_checksum=faults.hangs())
+    engines = {0: _engine(faults), 1: _engine(faults, load_weights=faults.hangs())}
+    start = time.monotonic()
+    waiting = r"did not finish within weight_sync.timeout_s=2.0s: waiting on the learner, engine 1"
+    with pytest.raises(LearnerSyncTimeout, match=waiting) as caught:
+        ObjectStoreTransport(TIMEOUT_S, 1 << 20).sync(learner, engines, version=3)
+    assert time.monotonic() - start < TIMEOUT_S + MARGIN_S
+    assert list(caught.value.engines) == [1]  # to replace along with the learner
+
+
+def test_an_engine_dying_mid_broadcast_leaves_the_learner_stuck_and_the_group_given_up(faults):
+    """NCCL needs every rank: the learner's broadcast never returns once a receiver died."""
+    from orchestrator.weight_sync.nccl import NcclTransport
+    from orchestrator.weight_sync.transport import LearnerSyncTimeout
+
+    transport = NcclTransport(TIMEOUT_S, 1 << 20)
+    engines = {0: _engine(faults), 1: _engine(faults, receive_nccl=faults.raises(_load_failed()))}
+    start = time.monotonic()
+    with pytest.raises(LearnerSyncTimeout, match="NCCL weight sync to version 3 did not finish") as caught:
+        transport.sync(_learner(faults, nccl_send=faults.hangs()), engines, version=3)
+    assert time.monotonic() - start < TIMEOUT_S + MARGIN_S
+    assert list(caught.value.engines) == [1]
+
+    # With a restarted learner, the engines left take the object store: the group is never used again.
+    report = transport.sync(_learner(faults, nccl_send=faults.hangs()), {0: engines[0]}, version=3)
+    assert report.version == 3 and not report.dead
+
+
+def test_on_the_nccl_path_a_failed_receiver_is_reported_dead_when_the_learner_finished(faults):
+    from orchestrator.weight_sync.nccl import NcclTransport
+
+    transport = NcclTransport(TIMEOUT_S, 1 << 20)
+    engines = {
+        0: _engine(faults),
+        1: _engine(faults, receive_nccl=faults.raises(_load_failed())),
+        2: _engine(faults, receive_nccl=faults.hangs()),
+    }
+    report, took = _timed(lambda: transport.sync(_learner(faults), engines, version=3))
+    assert took < TIMEOUT_S + MARGIN_S
+    assert sorted(report.dead) == [1, 2]
+    report = transport.sync(_learner(faults, nccl_send=faults.hangs()), {0: engines[0]}, version=4)  # object store now
+    assert report.version == 4 and not report.dead
+
+
+def test_the_nccl_fallback_shares_the_syncs_deadline(faults):
+    from orchestrator.weight_sync.nccl import NcclTransport
+
+    transport = NcclTransport(TIMEOUT_S, 1 << 20)
+    transport._group = ()  # given up earlier: every engine takes the object store
+    engines = {0: _engine(faults), 1: _engine(faults, load_weights=faults.hangs())}
+    report, took = _timed(lambda: transport.sync(_learner(faults), engines, version=3))
+    assert took < TIMEOUT_S + MARGIN_S and list(report.dead) == [1]
+
+
+def test_wrong_weights_stay_an_error_for_the_run(faults):
+    from orchestrator.weight_sync.object_store import ObjectStoreTransport
+    from orchestrator.weight_sync.transport import LearnerSyncTimeout, WeightSyncError
+
+    engines = {0: _engine(faults, load_weights=faults.answers(lambda refs, version: (version, "badbad")))}
+    with pytest.raises(WeightSyncError, match="weight provenance check failed") as caught:
+        ObjectStoreTransport(TIMEOUT_S, 1 << 20).sync(_learner(faults), engines, version=3)
+    assert not isinstance(caught.value, LearnerSyncTimeout)
+
+
+def test_a_new_engine_that_fails_its_first_load_is_not_admitted(faults):
+    from orchestrator.weight_sync.object_store import ObjectStoreTransport
+    from orchestrator.weight_sync.transport import WeightSyncError
+
+    engine = _engine(faults, load_weights=faults.raises(_load_failed()))
+    failure = r"engine 5 did not load policy version 3: WeightLoadFailedError: engine 1"
+    with pytest.raises(WeightSyncError, match=failure):
+        ObjectStoreTransport(TIMEOUT_S, 1 << 20).load_current(_learner(faults), 5, engine, version=3)
