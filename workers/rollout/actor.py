@@ -9,6 +9,7 @@ the model files.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -17,6 +18,7 @@ from orchestrator.contracts.fingerprint import TokenizerFingerprint
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle
+from workers.rollout import shared_memory
 
 
 class RolloutWorker:
@@ -35,6 +37,7 @@ class RolloutWorker:
             # vLLM logs a loud (harmless) error for a tokenizer folder without a model config.
             shutil.copyfile(model_config, self._folder / "config.json")
         self._args = (engine_id, model or str(self._folder), self._folder, config, device, seed, model is None)
+        self._shm_before = shared_memory.entries()  # what is in /dev/shm is not this engine's
         self._engine = None
         self._tools = None
 
@@ -72,6 +75,11 @@ class RolloutWorker:
         import ray
 
         return ray.get_runtime_context().get_node_id()
+
+    def shared_memory(self) -> list[str]:
+        """The /dev/shm entries this engine's processes created: what they would leave there if
+        killed (shared_memory.py). Asked once the engine is up."""
+        return shared_memory.owned_entries(os.getpid(), self._shm_before)
 
     def shutdown(self) -> None:
         if self._tools is not None:
