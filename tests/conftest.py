@@ -18,7 +18,7 @@ def shared_memory_left_behind():
     session's processes (pytest's descendants: Ray, its actors, vLLM's processes, subprocess runs)
     was seen mapping it: /dev/shm is looked at every second, and whenever new names are there the
     session's processes are asked which of them they map. Torn down last, after Ray stopped."""
-    from workers.rollout.shared_memory import entries, owned_entries, remove_leftovers
+    from workers.rollout.shared_memory import entries, owned_entries, process_tree, remove_leftovers
 
     before, ours, looked_at = entries(), set(), set()
     done = threading.Event()
@@ -27,7 +27,7 @@ def shared_memory_left_behind():
         nonlocal looked_at
         new = entries() - before
         if new - looked_at:
-            ours.update(owned_entries(os.getpid(), before))
+            ours.update(owned_entries(process_tree(os.getpid()), before))
         looked_at = new
 
     def watch() -> None:

@@ -9,18 +9,23 @@ memory-backed volume, so a run that replaces engines many times would fill it.
 So an engine names, once it is up, the entries its processes map that did not exist when its actor
 started (`owned_entries`): those are its own, never another engine's or the node's. Once the engine
 is dead, `remove_leftovers`, run on the engine's node, removes those of them that no live process
-maps any more.
+maps any more. The engine also writes them down on its node (`write_claim`), for when no driver is
+left to ask for that (it was killed, and Ray with it): the next engine to start there `sweep`s what
+engines whose processes are all gone left behind.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 SHM = Path("/dev/shm")
 PROC = Path("/proc")
+CLAIMS = Path(tempfile.gettempdir()) / "rollout-shm-claims"
 DELETED = " (deleted)"
 
 
@@ -73,10 +78,36 @@ def process_tree(pid: int) -> list[int]:
     return [root.pid, *(child.pid for child in root.children(recursive=True))]
 
 
-def owned_entries(pid: int, existed: set[str], proc: Path = PROC, shm_dir: Path = SHM) -> list[str]:
-    """The entries that the processes under `pid` map and that were not there before (`existed`,
-    taken when the engine's actor started): what killing those processes would leave behind."""
-    return sorted(mapped_by(process_tree(pid), proc, shm_dir) - existed)
+def owned_entries(pids: list[int], existed: set[str], proc: Path = PROC, shm_dir: Path = SHM) -> list[str]:
+    """The entries that `pids` (an engine's `process_tree`) map and that were not there before
+    (`existed`, taken when the engine's actor started): what killing them would leave behind."""
+    return sorted(mapped_by(pids, proc, shm_dir) - existed)
+
+
+def write_claim(pids: list[int], names: list[str], claims_dir: Path = CLAIMS) -> Path:
+    """Write down on this node that `names` belong to `pids` (the first is the engine's actor)."""
+    claims_dir.mkdir(parents=True, exist_ok=True)
+    path = claims_dir / f"{pids[0]}.json"
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps({"pids": pids, "names": names}))
+    partial.replace(path)  # a sweep never reads half a claim
+    return path
+
+
+def sweep(claims_dir: Path = CLAIMS, proc: Path = PROC, shm_dir: Path = SHM) -> list[str]:
+    """Remove what engines left on this node once all their processes are gone, and their claims;
+    returns the entries removed. A claim whose pid was reused by now waits for that process too."""
+    removed = []
+    for path in sorted(claims_dir.glob("*.json")):
+        try:
+            claim = json.loads(path.read_text())
+        except (OSError, ValueError):  # another sweep took it meanwhile
+            continue
+        if any((proc / str(pid)).exists() for pid in claim["pids"]):
+            continue
+        removed += remove_leftovers(claim["names"], timeout_s=0, proc=proc, shm_dir=shm_dir)
+        path.unlink(missing_ok=True)
+    return removed
 
 
 def remove_leftovers(
@@ -97,7 +128,7 @@ def remove_leftovers(
             try:
                 (shm_dir / name).unlink()
                 removed.append(name)
-            except FileNotFoundError:
+            except OSError:  # gone meanwhile, or not ours to remove
                 pass
         remaining &= in_use
         if not remaining or time.monotonic() >= deadline:

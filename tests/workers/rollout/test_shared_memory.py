@@ -9,7 +9,16 @@ import time
 from multiprocessing import shared_memory as mp_shared_memory
 from pathlib import Path
 
-from workers.rollout.shared_memory import SHM, entries, mapped_names, owned_entries, remove_leftovers
+from workers.rollout.shared_memory import (
+    SHM,
+    entries,
+    mapped_names,
+    owned_entries,
+    process_tree,
+    remove_leftovers,
+    sweep,
+    write_claim,
+)
 
 
 def _maps_line(path: str) -> str:
@@ -82,14 +91,30 @@ def test_an_engine_owns_what_its_processes_map_that_was_not_there_before():
     before = entries()
     segment = mp_shared_memory.SharedMemory(create=True, size=4096)  # what vLLM's message queues are
     try:
-        owned = owned_entries(os.getpid(), before)
+        owned = owned_entries(process_tree(os.getpid()), before)
         assert segment.name in owned
         assert set(owned).isdisjoint(before)
-        assert segment.name not in owned_entries(os.getpid(), before | {segment.name})
+        assert segment.name not in owned_entries(process_tree(os.getpid()), before | {segment.name})
     finally:
         segment.close()
         segment.unlink()
     assert (SHM / segment.name).exists() is False
+
+
+def test_a_sweep_removes_only_what_engines_with_no_process_left_had_claimed(tmp_path):
+    shm, proc = _node(tmp_path, ["psm_killed", "sem.mp-killed", "psm_alive", "psm_unclaimed"], {
+        20: [f"{tmp_path}/shm/psm_alive"],  # an engine still running (its actor, pid 20)
+    })
+    claims = tmp_path / "claims"
+    killed = write_claim([10, 11], ["psm_killed", "sem.mp-killed"], claims)  # its driver was killed: no pid is left
+    alive = write_claim([20, 21], ["psm_alive"], claims)
+    assert sorted(sweep(claims, proc, shm)) == ["psm_killed", "sem.mp-killed"]
+    assert entries(shm) == {"psm_alive", "psm_unclaimed"}
+    assert not killed.exists() and alive.exists()
+    (proc / "20" / "maps").unlink()
+    (proc / "20").rmdir()  # the running engine stops too
+    assert sweep(claims, proc, shm) == ["psm_alive"] and not alive.exists()
+    assert sweep(tmp_path / "no-claims", proc, shm) == []
 
 
 def test_no_shm_folder_means_no_entries(tmp_path):
