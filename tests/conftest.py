@@ -1,8 +1,51 @@
-"""Shared fixtures. Expensive things (the tiny model, Ray, vLLM engines) start once per session."""
+"""Shared fixtures. Expensive things (the tiny model, Ray, vLLM engines) start once per session.
+
+The session also checks that it leaves /dev/shm as it found it (`shared_memory_left_behind`)."""
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_memory_left_behind():
+    """Fail the session if /dev/shm entries created by its own processes outlive it.
+
+    Other test sessions may run on the same machine, so an entry counts only if one of this
+    session's processes (pytest's descendants: Ray, its actors, vLLM's processes, subprocess runs)
+    was seen mapping it: /dev/shm is looked at every second, and whenever new names are there the
+    session's processes are asked which of them they map. Torn down last, after Ray stopped."""
+    from workers.rollout.shared_memory import entries, owned_entries, process_tree, remove_leftovers
+
+    before, ours, looked_at = entries(), set(), set()
+    done = threading.Event()
+
+    def look() -> None:
+        nonlocal looked_at
+        new = entries() - before
+        if new - looked_at:
+            ours.update(owned_entries(process_tree(os.getpid()), before))
+        looked_at = new
+
+    def watch() -> None:
+        while not done.wait(1.0):
+            try:
+                look()
+            except Exception:  # a process that went away mid-look; the next look sees the rest
+                pass
+
+    watcher = threading.Thread(target=watch, name="shm-watch", daemon=True)
+    watcher.start()
+    yield
+    done.set()
+    watcher.join()
+    left = sorted(ours & entries())
+    if left:
+        remove_leftovers(left, timeout_s=5)  # so the next session starts clean; still a failure
+        pytest.fail(f"this test session left {len(left)} entries in /dev/shm that its processes created: {left}")
 
 
 @pytest.fixture(scope="session")

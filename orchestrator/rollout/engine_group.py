@@ -6,6 +6,8 @@ tokenizer its vLLM loaded equals the canonical one and `on_engine_ready` (the tr
 the current weights) has run. A dead engine is dropped and replaced in the background, up to
 `rollout.max_restarts`; resizing adds engines or drains the newest ones, which finish their groups
 first. What runs on the engines is the pool's business (pool.py); this file only keeps the set.
+A killed engine's processes leave shared memory behind; it is removed on the engine's node
+(`launcher.clean_up`), so replacing engines for days does not fill /dev/shm.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from orchestrator.contracts.fingerprint import differences, fingerprint
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
 from orchestrator.placement.labels import ROLE_LABEL, ROLLOUT_ROLE
-from orchestrator.rollout.launcher import ActorLauncher, EngineLauncher
+from orchestrator.rollout.launcher import CLEAN_UP_TIMEOUT_S, ActorLauncher, EngineLauncher
+
+CLEAN_UP_WAIT_S = CLEAN_UP_TIMEOUT_S + 30  # a clean-up task may first wait for a Ray worker to run it
 
 
 class TokenizerMismatchError(UserError):
@@ -71,6 +75,8 @@ class EngineGroup:
         self._bundle_ref = None
         self._groups: dict[int, object] = {}  # engine id -> its placement group (None locally)
         self.draining: set[int] = set()  # engines that take no new groups and stop once idle
+        self._leftovers: dict[int, object] = {}  # engine id -> what killing it leaves on its node (launcher.leftovers)
+        self._clean_ups: list = []  # ObjectRefs of clean-ups still running (launcher.clean_up)
 
     def size_for(self, model_config: dict, samples_in_flight: int, tokens_per_sample: int) -> None:
         """On CPU, size each engine's KV cache for the work (unless the user set it) and cap the
@@ -153,6 +159,10 @@ class EngineGroup:
             self.kill(engine_id, entry.actor)
             self._fail_or_warn(strict, f"engine {engine_id} failed to start: {error}")
             return False
+        try:
+            self._leftovers[engine_id] = self.launcher.leftovers(entry.actor)
+        except ray.exceptions.RayError:
+            pass  # it died just now: its next call fails and it is replaced then
         problems = differences(self.expected, reported)
         if problems:
             self.kill(engine_id, entry.actor)
@@ -242,6 +252,28 @@ class EngineGroup:
         group = self._groups.pop(engine_id, None)
         if group is not None:
             ray.util.remove_placement_group(group)
+        self._clean_up_after(engine_id)
+
+    def _clean_up_after(self, engine_id: int) -> None:
+        """Remove, on its node, what the killed engine's processes left there (shared memory, which
+        would fill a small /dev/shm over many replacements). Runs in the background."""
+        import ray
+
+        leftovers = self._leftovers.pop(engine_id, None)
+        clean_up = None if leftovers is None else self.launcher.clean_up(leftovers)
+        if clean_up is None:
+            return
+        if self._clean_ups:  # forget those that finished
+            self._clean_ups = ray.wait(self._clean_ups, num_returns=len(self._clean_ups), timeout=0)[1]
+        self._clean_ups.append(clean_up)
+
+    def wait_for_clean_ups(self, timeout_s: float = CLEAN_UP_WAIT_S) -> None:
+        """Wait (at most `timeout_s`) for the clean-ups of killed engines to finish."""
+        import ray
+
+        if self._clean_ups:
+            ray.wait(self._clean_ups, num_returns=len(self._clean_ups), timeout=timeout_s)
+        self._clean_ups = []
 
     def shutdown(self) -> None:
         """Cancel engines still starting, then stop the serving ones (each given up to 30 s to close
@@ -258,6 +290,7 @@ class EngineGroup:
         for engine_id, actor in self.actors.items():
             self.kill(engine_id, actor)
         self.actors.clear()
+        self.wait_for_clean_ups()  # before the driver exits, and Ray with it
         gc.unfreeze()  # see _freeze_startup_objects; interpreter exit then cleans up as usual
 
 

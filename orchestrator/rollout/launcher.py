@@ -4,7 +4,8 @@
 engine. `orchestrator/bench/simulated_engines.py:SimulatedLauncher` gives handles to simulated engines,
 so the pool's own code can be measured at hundreds of engines on one machine. Either way the pool
 holds a handle per engine and calls `handle.<method>.remote(...)` on it (`start`, `generate`,
-`shutdown`, ...), getting real Ray ObjectRefs back.
+`shutdown`, ...), getting real Ray ObjectRefs back. The launcher also knows what a killed engine
+leaves on its node and how to remove it (`leftovers`, `clean_up`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 from orchestrator.contracts.rollout import RolloutConfig
+
+LEFTOVERS_TIMEOUT_S = 60.0  # for a started engine to list its /dev/shm entries
+CLEAN_UP_TIMEOUT_S = 30.0  # for a killed engine's processes to exit and unmap them
 
 
 class EngineLauncher(ABC):
@@ -25,6 +29,14 @@ class EngineLauncher(ABC):
     @abstractmethod
     def kill(self, handle) -> None:
         """Stop an engine now, whatever it is doing; its pending calls fail."""
+
+    def leftovers(self, handle):
+        """What a started engine would leave on its node if killed (None: nothing), for `clean_up`."""
+        return None
+
+    def clean_up(self, leftovers):
+        """Start removing what a dead engine left (`leftovers`); returns an ObjectRef to wait on, or None."""
+        return None
 
 
 class ActorLauncher(EngineLauncher):
@@ -45,3 +57,26 @@ class ActorLauncher(EngineLauncher):
         import ray
 
         ray.kill(handle)
+
+    def leftovers(self, handle) -> tuple[str, list[str]]:
+        """(node id, the /dev/shm entries the engine's vLLM processes created): a killed vLLM process
+        leaves those behind (workers/rollout/shared_memory.py)."""
+        import ray
+
+        return tuple(ray.get([handle.node_id.remote(), handle.shared_memory.remote()], timeout=LEFTOVERS_TIMEOUT_S))
+
+    def clean_up(self, leftovers: tuple[str, list[str]]):
+        """A task on the engine's node (it holds the engine's /dev/shm) that removes the entries once
+        no process maps them. It needs no CPU, so a node full of engines still runs it; a node that is
+        gone fails it, and nothing is left to clean there."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from workers.rollout.shared_memory import remove_leftovers
+
+        node_id, names = leftovers
+        if not names:
+            return None
+        strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        task = ray.remote(remove_leftovers).options(num_cpus=0, max_retries=0, scheduling_strategy=strategy)
+        return task.remote(names, timeout_s=CLEAN_UP_TIMEOUT_S)

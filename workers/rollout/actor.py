@@ -9,6 +9,7 @@ the model files.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -17,6 +18,7 @@ from orchestrator.contracts.fingerprint import TokenizerFingerprint
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle
+from workers.rollout import shared_memory as shm
 
 
 class RolloutWorker:
@@ -35,6 +37,9 @@ class RolloutWorker:
             # vLLM logs a loud (harmless) error for a tokenizer folder without a model config.
             shutil.copyfile(model_config, self._folder / "config.json")
         self._args = (engine_id, model or str(self._folder), self._folder, config, device, seed, model is None)
+        shm.sweep()  # what engines killed with their driver left on this node
+        self._shm_before = shm.entries()  # what is in /dev/shm now is not this engine's
+        self._claim = None
         self._engine = None
         self._tools = None
 
@@ -73,6 +78,14 @@ class RolloutWorker:
 
         return ray.get_runtime_context().get_node_id()
 
+    def shared_memory(self) -> list[str]:
+        """The /dev/shm entries this engine's processes created: what they would leave there if
+        killed (shared_memory.py). Asked once the engine is up; also written down on the node."""
+        pids = shm.process_tree(os.getpid())
+        names = shm.owned_entries(pids, self._shm_before)
+        self._claim = shm.write_claim(pids, names) if names else None
+        return names
+
     def shutdown(self) -> None:
         if self._tools is not None:
             self._tools.shutdown()
@@ -80,4 +93,6 @@ class RolloutWorker:
             self._engine.shutdown()
             self._engine = None
         shutil.rmtree(self._folder, ignore_errors=True)
+        if self._claim is not None:  # its processes removed their entries as they stopped
+            self._claim.unlink(missing_ok=True)
 

@@ -1,0 +1,121 @@
+"""What a killed engine leaves in /dev/shm is found and removed, and nothing else is: fake /proc
+folders and a tmp dir stand in for the node, plus one real shared-memory segment of this process."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from multiprocessing import shared_memory as mp_shared_memory
+from pathlib import Path
+
+from workers.rollout.shared_memory import (
+    SHM,
+    entries,
+    mapped_names,
+    owned_entries,
+    process_tree,
+    remove_leftovers,
+    sweep,
+    write_claim,
+)
+
+
+def _maps_line(path: str) -> str:
+    return f"7f3a2c000000-7f3a2d000000 rw-s 00000000 00:1a 4242                       {path}"
+
+
+def _node(tmp_path: Path, names: list[str], maps: dict[int, list[str]]) -> tuple[Path, Path]:
+    """A /dev/shm holding `names` and a /proc whose process `pid` maps `maps[pid]` (paths)."""
+    shm, proc = tmp_path / "shm", tmp_path / "proc"
+    shm.mkdir()
+    for name in names:
+        (shm / name).write_bytes(b"x")
+    for pid, paths in maps.items():
+        _set_maps(proc, pid, paths)
+    (proc / "self").mkdir(parents=True)  # not a pid: ignored
+    return shm, proc
+
+
+def _set_maps(proc: Path, pid: int, paths: list[str]) -> None:
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    lines = [
+        "55d0c0a00000-55d0c0a21000 r--p 00000000 08:01 1234 /usr/bin/python3.11",
+        "7ffd1000-7ffd2000 rw-p 00000000 00:00 0 [stack]",
+    ]
+    (proc / str(pid) / "maps").write_text("\n".join(lines + [_maps_line(path) for path in paths]) + "\n")
+
+
+def test_maps_name_the_shm_entries_they_map_and_skip_deleted_ones():
+    maps = "\n".join([
+        _maps_line("/dev/shm/psm_394d2870"),
+        _maps_line("/dev/shm/sem.mp-8t1jyl47"),
+        _maps_line("/dev/shm/plasmaYjFONt (deleted)"),  # Ray's object store: unlinked at once
+        _maps_line("/dev/shm/name with spaces"),
+        _maps_line("/dev/shmother/psm_1"),
+        _maps_line("/dev/shm/sub/psm_2"),
+        _maps_line("/memfd:staging (deleted)"),
+        "7ffd1000-7ffd2000 rw-p 00000000 00:00 0",
+    ])
+    assert mapped_names(maps, Path("/dev/shm")) == {"psm_394d2870", "sem.mp-8t1jyl47", "name with spaces"}
+
+
+def test_leftovers_are_removed_once_unmapped_and_others_are_kept(tmp_path):
+    shm, proc = _node(tmp_path, ["psm_dead", "psm_shared", "psm_other_engine", "sem.mp-node"], {
+        7: [f"{tmp_path}/shm/psm_shared"],  # a live process still maps it
+        8: [f"{tmp_path}/shm/psm_other_engine"],
+    })
+    removed = remove_leftovers(["psm_dead", "psm_shared", "psm_gone"], timeout_s=0, proc=proc, shm_dir=shm)
+    assert removed == ["psm_dead"]
+    assert entries(shm) == {"psm_shared", "psm_other_engine", "sem.mp-node"}
+
+
+def test_leftovers_still_mapped_by_exiting_processes_are_removed_when_they_exit(tmp_path):
+    shm, proc = _node(tmp_path, ["psm_a", "sem.mp-b"], {9: [f"{tmp_path}/shm/psm_a", f"{tmp_path}/shm/sem.mp-b"]})
+    exits = threading.Timer(0.3, lambda: (proc / "9" / "maps").unlink())  # the engine's process exits a moment later
+    exits.start()
+    started = time.monotonic()
+    removed = remove_leftovers(["psm_a", "sem.mp-b"], timeout_s=10, poll_s=0.05, proc=proc, shm_dir=shm)
+    assert sorted(removed) == ["psm_a", "sem.mp-b"] and entries(shm) == set()
+    assert time.monotonic() - started < 5
+
+
+def test_a_process_that_never_unmaps_is_waited_for_only_until_the_timeout(tmp_path):
+    shm, proc = _node(tmp_path, ["psm_a"], {9: [f"{tmp_path}/shm/psm_a"]})
+    started = time.monotonic()
+    assert remove_leftovers(["psm_a"], timeout_s=0.3, poll_s=0.05, proc=proc, shm_dir=shm) == []
+    assert 0.3 <= time.monotonic() - started < 5 and entries(shm) == {"psm_a"}
+
+
+def test_an_engine_owns_what_its_processes_map_that_was_not_there_before():
+    before = entries()
+    segment = mp_shared_memory.SharedMemory(create=True, size=4096)  # what vLLM's message queues are
+    try:
+        owned = owned_entries(process_tree(os.getpid()), before)
+        assert segment.name in owned
+        assert set(owned).isdisjoint(before)
+        assert segment.name not in owned_entries(process_tree(os.getpid()), before | {segment.name})
+    finally:
+        segment.close()
+        segment.unlink()
+    assert (SHM / segment.name).exists() is False
+
+
+def test_a_sweep_removes_only_what_engines_with_no_process_left_had_claimed(tmp_path):
+    shm, proc = _node(tmp_path, ["psm_killed", "sem.mp-killed", "psm_alive", "psm_unclaimed"], {
+        20: [f"{tmp_path}/shm/psm_alive"],  # an engine still running (its actor, pid 20)
+    })
+    claims = tmp_path / "claims"
+    killed = write_claim([10, 11], ["psm_killed", "sem.mp-killed"], claims)  # its driver was killed: no pid is left
+    alive = write_claim([20, 21], ["psm_alive"], claims)
+    assert sorted(sweep(claims, proc, shm)) == ["psm_killed", "sem.mp-killed"]
+    assert entries(shm) == {"psm_alive", "psm_unclaimed"}
+    assert not killed.exists() and alive.exists()
+    (proc / "20" / "maps").unlink()
+    (proc / "20").rmdir()  # the running engine stops too
+    assert sweep(claims, proc, shm) == ["psm_alive"] and not alive.exists()
+    assert sweep(tmp_path / "no-claims", proc, shm) == []
+
+
+def test_no_shm_folder_means_no_entries(tmp_path):
+    assert entries(tmp_path / "missing") == set()

@@ -1,0 +1,136 @@
+"""What a rollout engine leaves in /dev/shm when it is killed, and removing it afterwards.
+
+vLLM's CPU engine talks to its worker process through `multiprocessing.shared_memory` ring buffers
+(`/dev/shm/psm_*`) and, while starting, a multiprocessing lock (`/dev/shm/sem.mp-*`). The process
+that created one removes it when it exits normally; one that is SIGKILLed (an engine that crashed,
+or one that Ray killed along with its actor) leaves it behind. On Kubernetes /dev/shm is a small
+memory-backed volume, so a run that replaces engines many times would fill it.
+
+So an engine names, once it is up, the entries its processes map that did not exist when its actor
+started (`owned_entries`): those are its own, never another engine's or the node's. Once the engine
+is dead, `remove_leftovers`, run on the engine's node, removes those of them that no live process
+maps any more. The engine also writes them down on its node (`write_claim`), for when no driver is
+left to ask for that (it was killed, and Ray with it): the next engine to start there `sweep`s what
+engines whose processes are all gone left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+SHM = Path("/dev/shm")
+PROC = Path("/proc")
+CLAIMS = Path(tempfile.gettempdir()) / "rollout-shm-claims"
+DELETED = " (deleted)"
+
+
+def entries(shm_dir: Path = SHM) -> set[str]:
+    """The names in /dev/shm now (none where there is no /dev/shm)."""
+    try:
+        return set(os.listdir(shm_dir))
+    except FileNotFoundError:
+        return set()
+
+
+def mapped_names(maps: str, shm_dir: Path = SHM) -> set[str]:
+    """Names of the `shm_dir` entries that one `/proc/<pid>/maps` text maps. Entries already
+    unlinked (Ray's object store file, for one) show as "(deleted)" and are left out."""
+    prefix = f"{shm_dir}/"
+    names = set()
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)  # address perms offset dev inode [path, which may hold spaces]
+        if len(fields) < 6 or not fields[5].startswith(prefix) or fields[5].endswith(DELETED):
+            continue
+        name = fields[5][len(prefix) :]
+        if "/" not in name:
+            names.add(name)
+    return names
+
+
+def mapped_by(pids: Iterable[int], proc: Path = PROC, shm_dir: Path = SHM) -> set[str]:
+    """The `shm_dir` entries that any of `pids` maps; processes that are gone map nothing."""
+    names = set()
+    for pid in pids:
+        try:
+            names |= mapped_names((proc / str(pid) / "maps").read_text(errors="replace"), shm_dir)
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
+    return names
+
+
+def all_pids(proc: Path = PROC) -> list[int]:
+    try:
+        return [int(entry.name) for entry in proc.iterdir() if entry.name.isdigit()]
+    except FileNotFoundError:
+        return []
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (vLLM's engine process, and the worker processes it starts)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    return [root.pid, *(child.pid for child in root.children(recursive=True))]
+
+
+def owned_entries(pids: list[int], existed: set[str], proc: Path = PROC, shm_dir: Path = SHM) -> list[str]:
+    """The entries that `pids` (an engine's `process_tree`) map and that were not there before
+    (`existed`, taken when the engine's actor started): what killing them would leave behind."""
+    return sorted(mapped_by(pids, proc, shm_dir) - existed)
+
+
+def write_claim(pids: list[int], names: list[str], claims_dir: Path = CLAIMS) -> Path:
+    """Write down on this node that `names` belong to `pids` (the first is the engine's actor)."""
+    claims_dir.mkdir(parents=True, exist_ok=True)
+    path = claims_dir / f"{pids[0]}.json"
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps({"pids": pids, "names": names}))
+    partial.replace(path)  # a sweep never reads half a claim
+    return path
+
+
+def sweep(claims_dir: Path = CLAIMS, proc: Path = PROC, shm_dir: Path = SHM) -> list[str]:
+    """Remove what engines left on this node once all their processes are gone, and their claims;
+    returns the entries removed. A claim whose pid was reused by now waits for that process too."""
+    removed = []
+    for path in sorted(claims_dir.glob("*.json")):
+        try:
+            claim = json.loads(path.read_text())
+        except (OSError, ValueError):  # another sweep took it meanwhile
+            continue
+        if any((proc / str(pid)).exists() for pid in claim["pids"]):
+            continue
+        removed += remove_leftovers(claim["names"], timeout_s=0, proc=proc, shm_dir=shm_dir)
+        path.unlink(missing_ok=True)
+    return removed
+
+
+def remove_leftovers(
+    names: Iterable[str], timeout_s: float = 30.0, poll_s: float = 0.5, proc: Path = PROC, shm_dir: Path = SHM
+) -> list[str]:
+    """Remove `names` from `shm_dir` as soon as no live process maps them, and return those removed.
+
+    A killed engine's processes may take a moment to exit, so entries still mapped are looked at
+    again until `timeout_s`; one still mapped then (a process that survived, or that shares it) is
+    left alone. Names that are already gone are skipped."""
+    remaining = set(names)
+    removed = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = {name for name in remaining if (shm_dir / name).exists()}
+        in_use = mapped_by(all_pids(proc), proc, shm_dir) if remaining else set()
+        for name in sorted(remaining - in_use):
+            try:
+                (shm_dir / name).unlink()
+                removed.append(name)
+            except OSError:  # gone meanwhile, or not ours to remove
+                pass
+        remaining &= in_use
+        if not remaining or time.monotonic() >= deadline:
+            return removed
+        time.sleep(poll_s)
