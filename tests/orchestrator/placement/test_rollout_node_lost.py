@@ -14,6 +14,8 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from workers.rollout.shared_memory import mapped_by, remove_leftovers
+
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
 STEPS = 4
@@ -72,6 +74,7 @@ def test_run_finishes_on_the_surviving_rollout_node(cluster, tmp_path):
         lost, survivor = cluster.rollout
         processes = _descendants(lost)
         assert any("EngineCore" in _cmdline(p) for p in processes)
+        lost_shm = mapped_by(p.pid for p in processes)
         killed_at = time.monotonic()
         cluster.remove_node(lost, allow_graceful=False)  # SIGKILL to the raylet and its node's Ray processes
         # vLLM's EngineCore and worker processes sometimes outlive their raylet and actor: stop them here
@@ -79,6 +82,7 @@ def test_run_finishes_on_the_surviving_rollout_node(cluster, tmp_path):
         for process in orphans:
             process.kill()
         orphans = [_cmdline(p) for p in orphans]
+        remove_leftovers(lost_shm)  # a lost machine takes its /dev/shm along; these nodes share this one's
         proc.wait(timeout=600)
         print(f"run finished {time.monotonic() - killed_at:.0f}s after the node loss; orphans killed: {orphans}")
     finally:
