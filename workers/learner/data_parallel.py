@@ -21,10 +21,11 @@ class DataParallelRank:
     port: int
     local_rank: int = 0
     local_world_size: int = 1
+    timeout_s: float = 600.0  # for every rank to arrive, and for each collective call after
 
 
-def join(member: DataParallelRank, use_gpu: bool, timeout_s: float) -> None:
-    """Open this process's place in the group; waits up to `timeout_s` for every rank to arrive."""
+def join(member: DataParallelRank, use_gpu: bool) -> None:
+    """Open this process's place in the group; waits up to `member.timeout_s` for every rank to arrive."""
     from datetime import timedelta
 
     import torch.distributed as dist
@@ -42,6 +43,6 @@ def join(member: DataParallelRank, use_gpu: bool, timeout_s: float) -> None:
         init_method=f"tcp://{member.address}:{member.port}",
         rank=member.rank,
         world_size=member.world_size,
-        timeout=timedelta(seconds=timeout_s),
+        timeout=timedelta(seconds=member.timeout_s),
     )
 

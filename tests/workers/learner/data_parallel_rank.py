@@ -25,7 +25,7 @@ def main(work: Path, rank: int, world_size: int, port: int) -> None:
     run = json.loads((work / "run.json").read_text())
     config = TrainConfig(**run["config"])
     if world_size > 1:
-        join(DataParallelRank(rank, world_size, "127.0.0.1", port), use_gpu=False, timeout_s=300)
+        join(DataParallelRank(rank, world_size, "127.0.0.1", port, timeout_s=300), use_gpu=False)
     learner = GRPOLearner(config, run["model"], run["tokenizer"])
     batches = pickle.loads((work / f"shards-{rank}.pkl").read_bytes())
 

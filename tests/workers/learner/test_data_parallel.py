@@ -14,47 +14,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
 import pytest
 import torch
 
-from orchestrator.training.advantages import group_advantages
-from orchestrator.training.batch import learner_batch
 from orchestrator.training.learner_shards import shard_batch
+from tests.workers.learner.grpo_steps import grpo_steps
 
 ROOT = Path(__file__).resolve().parents[3]
 RANK = Path(__file__).with_name("data_parallel_rank.py")
 STEPS, GROUPS, GROUP_SIZE, TEMPERATURE = 5, 5, 2, 1.0
-
-
-def _steps(tiny) -> list[tuple[dict, np.ndarray]]:
-    """STEPS batches of GROUPS groups with prompts and completions of different lengths, and behaviour
-    logprobs near the starting model's own (a little noise, so the importance ratio clips some tokens)."""
-    from transformers import AutoModelForCausalLM
-
-    from workers.learner.model_setup import load_tokenizer
-
-    tokenizer = load_tokenizer(str(tiny.tokenizer_dir), [], warn=False)
-    model = AutoModelForCausalLM.from_pretrained(tiny.model_dir)
-    rng = np.random.default_rng(0)
-    vocab = model.get_input_embeddings().weight.shape[0]
-    rows = GROUPS * GROUP_SIZE
-    steps = []
-    for _ in range(STEPS):
-        prompts = [rng.integers(3, vocab, size=rng.integers(2, 7)).tolist() for _ in range(rows)]
-        completions = [rng.integers(3, vocab, size=rng.integers(1, 13)).tolist() for _ in range(rows)]
-        logprobs = []
-        for prompt, completion in zip(prompts, completions):
-            with torch.no_grad():
-                logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1] / TEMPERATURE
-            exact = torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
-            logprobs.append((exact.numpy() + rng.normal(scale=0.3, size=len(completion))).tolist())
-        group_ids = np.arange(rows) // GROUP_SIZE
-        table = pa.table({"prompt_ids": prompts, "completion_ids": completions, "logprobs": logprobs})
-        advantages = group_advantages(rng.random(rows), group_ids)
-        steps.append((learner_batch(table, advantages, tokenizer.pad_token_id), group_ids))
-    return steps
 
 
 def _free_port() -> int:
@@ -79,7 +47,7 @@ def _run_ranks(work: Path, world_size: int, port: int) -> list[subprocess.Popen]
 
 def _train(tiny, work: Path, config: dict) -> tuple[dict, list[dict]]:
     """(the one-rank result, the two ranks' results) of the same run."""
-    steps = _steps(tiny)
+    steps = grpo_steps(tiny, STEPS, GROUPS, GROUP_SIZE, TEMPERATURE)
     run = {"config": config, "model": str(tiny.model_dir), "tokenizer": str(tiny.tokenizer_dir)}
     (work / "run.json").write_text(json.dumps(run))
     whole = work / "whole"
