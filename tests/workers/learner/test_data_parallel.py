@@ -72,8 +72,8 @@ def _worst(a: dict, b: dict) -> float:
     return max(float((a[name] - b[name]).abs().max()) for name in a)
 
 
-@pytest.mark.parametrize("loss_type,micro_batch_size", [("dapo", 4), ("grpo", None), ("bnpo", 3)])
-def test_two_ranks_train_the_same_run_as_one(tiny, tmp_path, loss_type, micro_batch_size):
+@pytest.mark.parametrize("loss_type,micro_batch_size,beta", [("dapo", 4, 0.0), ("grpo", None, 0.0), ("bnpo", 3, 0.1)])
+def test_two_ranks_train_the_same_run_as_one(tiny, tmp_path, loss_type, micro_batch_size, beta):
     config = {
         "num_generations": GROUP_SIZE,
         "prompts_per_step": GROUPS,
@@ -81,6 +81,7 @@ def test_two_ranks_train_the_same_run_as_one(tiny, tmp_path, loss_type, micro_ba
         "learning_rate": 1e-3,
         "temperature": TEMPERATURE,
         "loss_type": loss_type,
+        "beta": beta,  # with a KL term, each rank holds its own reference model
         "learner": {"micro_batch_size": micro_batch_size},
     }
     one, two = _train(tiny, tmp_path, config)
