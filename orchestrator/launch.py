@@ -91,7 +91,7 @@ def start_training(
     from orchestrator.training.learner_group import LearnerGroup
 
     rollout = config.rollout
-    cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus + 1)  # +1: reward tasks
+    cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus * config.learner.workers + 1)  # +1: reward tasks
     config = with_learner_gpus(config, local=cluster.placement.mode == "local")  # learner.num_gpus null -> 0 or 1
     learner = LearnerGroup.start(cluster, config, model, tokenizer, resume_from, rollout.startup_timeout_s)
     bundle = learner.canonical_tokenizer()

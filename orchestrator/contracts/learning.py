@@ -8,18 +8,25 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from orchestrator.contracts.strict import StrictModel
 
 
 class LearnerConfig(StrictModel):
-    num_cpus: float = Field(1.0, ge=0.0, description="Ray CPUs reserved for the learner actor.")
+    workers: int = Field(
+        1,
+        ge=1,
+        description="Data-parallel learner ranks (one Ray actor each, placed together on learner nodes, in one "
+        "torch.distributed group: gloo on CPU, NCCL on GPU). Each trains on whole groups of the step and the "
+        "optimizer step is the one a single learner takes on the whole step. At most prompts_per_step.",
+    )
+    num_cpus: float = Field(1.0, ge=0.0, description="Ray CPUs reserved for each learner worker.")
     num_gpus: int | None = Field(
         None,
         ge=0,
-        description="GPUs for the learner. null: 1 when the Ray cluster has GPUs, else 0. 0 on a cluster with "
-        "GPUs is an error (weights reach GPU engines over NCCL from the learner's GPU).",
+        description="GPUs for each learner worker. null: 1 when the Ray cluster has GPUs, else 0. 0 on a cluster "
+        "with GPUs is an error (weights reach GPU engines over NCCL from the learner's GPU).",
     )
     bf16: bool = Field(False, description="bf16 training (GPU only).")
     micro_batch_size: int | None = Field(
@@ -67,6 +74,15 @@ class GRPOSettings(StrictModel):
     seed: int = Field(42, description="Seeds the prompt stream, sampling and the learner.")
     max_steps: int = Field(20, ge=1, description="Optimizer steps (one per generation round).")
     learner: LearnerConfig = Field(default_factory=LearnerConfig, description="The learner actor.")
+
+    @model_validator(mode="after")
+    def _check_learner(self) -> GRPOSettings:
+        if self.learner.workers > self.prompts_per_step:  # a rank trains on whole groups: one at least
+            raise ValueError(
+                f"learner.workers ({self.learner.workers}) is more than prompts_per_step ({self.prompts_per_step}): "
+                "each learner worker trains on whole groups, so lower learner.workers or raise prompts_per_step"
+            )
+        return self
 
     @property
     def samples_per_step(self) -> int:

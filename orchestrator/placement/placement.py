@@ -1,7 +1,9 @@
 """Where actors go: rollout engines on rollout nodes, the learner on learner nodes.
 
 One placement group per engine, and one for the learner: a single bundle with the actor's CPUs and
-all its GPUs (an engine's tensor-parallel GPUs, the learner's GPUs), so they are on one node. Nodes
+all its GPUs (an engine's tensor-parallel GPUs, the learner's GPUs), so they are on one node. A
+data-parallel learner (`learner.workers` > 1) is one gang: one placement group with a bundle per
+rank, reserved all at once and packed on as few learner nodes as hold it. Nodes
 are chosen by Ray node labels (`role=rollout`, `role=learner`), or, on clusters without labels, by
 the custom resources `rollout_node` / `learner_node`. On one local node nothing is labelled and
 everything goes there.
@@ -43,25 +45,43 @@ class Placement:
         an actor can only draw resources from one bundle, so one bundle per GPU could never host an
         actor of two or more GPUs. A tensor-parallel engine runs its vLLM workers as processes of its
         own (`distributed_executor_backend="mp"`), which see exactly the actor's GPUs."""
+        options, group = self.gang_options(role, cpus, gpus, 1, timeout_s)
+        return options[0], group
+
+    def gang_options(
+        self, role: str, cpus: float, gpus: int, count: int, timeout_s: float | None
+    ) -> tuple[list[dict], object | None]:
+        """Actor options for `count` actors of `cpus` CPUs and `gpus` GPUs each, placed together (all or
+        none) on `role` nodes, several nodes allowed; and their one placement group (None locally).
+        Option i takes bundle i. Timeout as `actor_options`."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         if self.mode == "local":  # one unlabelled node: Ray's own scheduling is all it takes
-            return {"num_cpus": cpus, "num_gpus": gpus}, None
+            return [{"num_cpus": cpus, "num_gpus": gpus} for _ in range(count)], None
         bundle, selector = self.bundle(role, cpus, gpus)
         group = ray.util.placement_group(
-            [bundle], strategy="STRICT_PACK", bundle_label_selector=None if selector is None else [selector]
+            [bundle] * count,
+            strategy="STRICT_PACK" if count == 1 else "PACK",
+            bundle_label_selector=None if selector is None else [selector] * count,
         )
         if timeout_s is not None and not _ready(group, timeout_s):
             ray.util.remove_placement_group(group)
+            wanted = f"{bundle}" if count == 1 else f"{count} x {bundle}"
             raise UserError(
-                f"no {role} node can host {bundle} within {timeout_s}s (placement: {self.mode}); "
+                f"no {role} node can host {wanted} within {timeout_s}s (placement: {self.mode}); "
                 f"label nodes with {ROLE_LABEL}={role} (or give them the {role}_node resource) and check their free CPUs/GPUs"
             )
-        strategy = PlacementGroupSchedulingStrategy(
-            group, placement_group_bundle_index=0, placement_group_capture_child_tasks=True
-        )
-        return {"num_cpus": cpus, "num_gpus": gpus, "scheduling_strategy": strategy}, group
+        return [
+            {
+                "num_cpus": cpus,
+                "num_gpus": gpus,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    group, placement_group_bundle_index=index, placement_group_capture_child_tasks=True
+                ),
+            }
+            for index in range(count)
+        ], group
 
 
 def _ready(group, timeout_s: float) -> bool:

@@ -1,32 +1,44 @@
 """`LearnerGroup`: the learner actor(s), their placement group, and the calls the step loop makes.
 
-The driver talks to the learner only through this object: it starts the actor on a learner node
-(one placement group for its GPUs, owned here and removed at shutdown), asks it for the canonical
-tokenizer, hands it each step's batch, has it save checkpoints, and names the actor that publishes
-weights (`lead`) to the weight transport. A learner that dies (or is stuck past a sync deadline)
-surfaces as `LearnerDiedError` saying why (learner_death.py); `restart` replaces it from a checkpoint.
+The driver talks to the learner only through this object: it starts the actors on learner nodes
+(one placement group, owned here and removed at shutdown), asks for the canonical tokenizer, hands
+each step's batch over, has checkpoints saved, and names the actor that publishes weights (`lead`)
+to the weight transport. With `learner.workers` > 1 the actors are the ranks of one data-parallel
+group: each step's batch is split into whole groups per rank (learner_shards.py), and rank 0 is the
+lead (all ranks hold the same weights after a step, so it alone publishes and saves). A learner rank
+that dies (or is stuck past a sync deadline) surfaces as `LearnerDiedError` saying why
+(learner_death.py); `restart` replaces every rank from a checkpoint.
 """
 
 from __future__ import annotations
 
 import contextlib
 
+import numpy as np
+
 from orchestrator.contracts.errors import LearnerDiedError
 from orchestrator.contracts.learning import GRPOSettings
 from orchestrator.contracts.tokenizer import TokenizerBundle
 from orchestrator.placement.labels import LEARNER_ROLE
 from orchestrator.training.learner_death import death_cause, oom_kills
+from orchestrator.training.learner_shards import shard_batch
 
-_PROBE_TIMEOUT_S = 10.0  # asking the learner's node for its OOM counters
+_PROBE_TIMEOUT_S = 10.0  # asking a learner's node for its OOM counters
+_PEER_GRACE_S = 10.0  # after a rank's collective call failed: how long its peers get to report a death
 
 
 class LearnerGroup:
-    def __init__(self, lead, placement_group=None, start_args: tuple | None = None):
-        self.lead = lead  # Ray actor handle of workers.learner.actor.Learner
+    def __init__(self, ranks: list, placement_group=None, start_args: tuple | None = None):
+        self.ranks = ranks  # Ray actor handles of workers.learner.actor.Learner, by data-parallel rank
         self._placement_group = placement_group
         self._start_args = start_args  # (cluster, config, model, tokenizer, resume_from, timeout_s)
-        self._node_id: str | None = None
-        self._oom_before: dict[str, int] | None = None
+        self._node_ids: list[str | None] = [None] * len(ranks)
+        self._oom_before: dict[str, dict[str, int] | None] = {}
+
+    @property
+    def lead(self):
+        """The actor that publishes weights and saves checkpoints: rank 0."""
+        return self.ranks[0]
 
     @classmethod
     def start(
@@ -46,20 +58,29 @@ class LearnerGroup:
         if checkpoint is not None:
             model = tokenizer = resume_from = checkpoint
         self.shutdown()
-        self.lead, self._placement_group = _launch(cluster, config, model, tokenizer, resume_from, timeout_s)
+        self.ranks, self._placement_group = _launch(cluster, config, model, tokenizer, resume_from, timeout_s)
+        self._node_ids = [None] * len(self.ranks)
         self._watch()
 
     def _watch(self) -> None:
-        """Wait for the learner to be up; note its node and that node's OOM-kill counters, so a
+        """Wait for every rank to be up; note their nodes and those nodes' OOM-kill counters, so a
         later death can be told apart as out of memory."""
-        self._node_id = self._call("starting", self.lead.node_id.remote())
-        self._oom_before = self._probe_node()
+        self._node_ids = self._call_all("starting", [rank.node_id.remote() for rank in self.ranks])
+        self._oom_before = {node: self._probe_node(node) for node in dict.fromkeys(self._node_ids)}
 
     def canonical_tokenizer(self) -> TokenizerBundle:
         return self._call("sending the canonical tokenizer", self.lead.canonical_tokenizer.remote())
 
-    def train_step(self, batch: dict) -> dict[str, float]:
-        return self._call("training", self.lead.train_step.remote(batch))
+    def train_step(self, batch: dict, group_ids: np.ndarray | None = None) -> dict[str, float]:
+        """One optimizer step on the step's batch; `group_ids` (each row's group) is needed with more
+        than one rank, which each get whole groups. Returns the step's metrics (every rank's are the
+        whole step's; rank 0's are returned)."""
+        if len(self.ranks) == 1:
+            return self._call("training", self.lead.train_step.remote(batch))
+        if group_ids is None:
+            raise ValueError("a learner of several ranks needs each row's group id to split the batch")
+        shards = shard_batch(batch, group_ids, len(self.ranks))
+        return self._call_all("training", [rank.train_step.remote(shard) for rank, shard in zip(self.ranks, shards)])[0]
 
     def save(self, folder: str) -> str:
         return self._call("saving a checkpoint", self.lead.save.remote(folder))
@@ -85,29 +106,63 @@ class LearnerGroup:
             raise self._died("publishing weights", error) from None
 
     def node_ids(self) -> list[str]:
-        return [self._node_id or self._call("starting", self.lead.node_id.remote())]
+        """The learner's nodes, rank 0's first."""
+        if None in self._node_ids:
+            self._node_ids = self._call_all("starting", [rank.node_id.remote() for rank in self.ranks])
+        return list(dict.fromkeys(self._node_ids))
 
-    def _call(self, doing: str, ref):
+    def _call(self, doing: str, ref, rank: int = 0):
         import ray
 
         try:
             return ray.get(ref)
         except ray.exceptions.RayActorError as error:
-            raise self._died(doing, error) from None
+            raise self._died(doing, error, rank) from None
 
-    def _died(self, doing: str, error: BaseException) -> LearnerDiedError:
-        cause = death_cause(str(error), self._oom_before, self._probe_node())
+    def _call_all(self, doing: str, refs: list) -> list:
+        """Every rank's answer, in rank order. Ranks meet in collective calls, so the others wait on a
+        dead one: its death is raised as soon as it is known, not after the others give up."""
+        import ray
+
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            try:
+                self._call(doing, ready[0], refs.index(ready[0]))
+            except ray.exceptions.RayTaskError:  # a collective call fails when a peer dies: that death is the cause
+                self._raise_death(doing, refs)
+                raise
+        return [ray.get(ref) for ref in refs]
+
+    def _raise_death(self, doing: str, refs: list) -> None:
+        """`LearnerDiedError` for the first rank of `refs` found dead within `_PEER_GRACE_S`, if any."""
+        import ray
+
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=_PEER_GRACE_S)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as error:
+                raise self._died(doing, error, refs.index(ref)) from None
+            except ray.exceptions.RayTaskError:
+                pass
+
+    def _died(self, doing: str, error: BaseException, rank: int = 0) -> LearnerDiedError:
+        node = self._node_ids[rank] if rank < len(self._node_ids) else None
+        cause = death_cause(str(error), self._oom_before.get(node), self._probe_node(node))
+        if len(self.ranks) > 1:
+            cause = f"rank {rank} of {len(self.ranks)}: {cause}"
         return LearnerDiedError(f"the learner died while {doing} ({cause})")
 
-    def _probe_node(self) -> dict[str, int] | None:
-        """The OOM-kill counters of the learner's node, or None when it cannot be asked in time."""
+    def _probe_node(self, node_id: str | None) -> dict[str, int] | None:
+        """The OOM-kill counters of a learner's node, or None when it cannot be asked in time."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        if self._node_id is None:
+        if node_id is None:
             return None
         probe = ray.remote(oom_kills).options(
-            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(self._node_id, soft=False)
+            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
         )
         try:
             return ray.get(probe.remote(), timeout=_PROBE_TIMEOUT_S)
@@ -117,18 +172,35 @@ class LearnerGroup:
     def shutdown(self) -> None:
         import ray
 
-        ray.kill(self.lead)
+        for rank in self.ranks:
+            ray.kill(rank)
         if self._placement_group is not None:
             ray.util.remove_placement_group(self._placement_group)
             self._placement_group = None
 
 
 def _launch(cluster, config: GRPOSettings, model: str, tokenizer: str, resume_from: str | None, timeout_s: float):
-    """(the learner actor, its placement group), placed on a learner node."""
+    """(the learner actors by rank, their placement group), placed on learner nodes. Several ranks meet
+    at an address and port chosen on rank 0's node before any of them starts."""
     import ray
 
     from workers.learner.actor import Learner
+    from workers.learner.data_parallel import DataParallelRank
+    from workers.weights.nccl import rendezvous
 
     learner = config.learner
-    options, group = cluster.placement.actor_options(LEARNER_ROLE, learner.num_cpus, learner.num_gpus, timeout_s)
-    return ray.remote(Learner).options(**options).remote(config, model, tokenizer, resume_from), group
+    if learner.workers == 1:
+        options, group = cluster.placement.actor_options(LEARNER_ROLE, learner.num_cpus, learner.num_gpus, timeout_s)
+        return [ray.remote(Learner).options(**options).remote(config, model, tokenizer, resume_from)], group
+    options, group = cluster.placement.gang_options(
+        LEARNER_ROLE, learner.num_cpus, learner.num_gpus, learner.workers, timeout_s
+    )
+    on_rank_0 = {key: value for key, value in options[0].items() if key == "scheduling_strategy"}
+    address, port = ray.get(ray.remote(rendezvous).options(num_cpus=0, **on_rank_0).remote(), timeout=timeout_s)
+    actor, world = ray.remote(Learner), learner.workers
+    return [
+        actor.options(**rank_options).remote(
+            config, model, tokenizer, resume_from, DataParallelRank(rank, world, address, port, timeout_s=timeout_s)
+        )
+        for rank, rank_options in enumerate(options)
+    ], group

@@ -214,7 +214,7 @@ class GRPORun:
         scored = time.perf_counter()
 
         batch = learner_batch(table, advantages, self.parts.tokenizer.pad_token_id)
-        learner_metrics = self.parts.learner.train_step(batch)
+        learner_metrics = self.parts.learner.train_step(batch, np.asarray(table.column("group_id")))
         trained = time.perf_counter()
 
         self.policy_version += 1

@@ -1,4 +1,8 @@
-"""`Learner`: the Ray actor around `GRPOLearner`. A thin shell: logic lives in grpo.py."""
+"""`Learner`: the Ray actor around `GRPOLearner`. A thin shell: logic lives in grpo.py.
+
+With `learner.workers` > 1 there is one per data-parallel rank (`rank` given); all hold the same
+weights after every step, so rank 0 alone publishes weights and saves checkpoints.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,20 @@ import numpy as np
 
 from orchestrator.contracts.learning import GRPOSettings
 from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
+from workers.learner.data_parallel import DataParallelRank
 
 
 class Learner:
     """Created through `ray.remote(Learner)`; every method is called remotely."""
 
-    def __init__(self, config: GRPOSettings, model: str, tokenizer: str, resume_from: str | None = None):
+    def __init__(
+        self,
+        config: GRPOSettings,
+        model: str,
+        tokenizer: str,
+        resume_from: str | None = None,
+        rank: DataParallelRank | None = None,
+    ):
         import logging
         import warnings
 
@@ -21,6 +33,10 @@ class Learner:
         warnings.filterwarnings("ignore", message="TRL currently supports vLLM")
         from workers.learner.grpo import GRPOLearner
 
+        if rank is not None:  # before the trainer exists: accelerate must find the group open
+            from workers.learner.data_parallel import join
+
+            join(rank, use_gpu=bool(config.learner.num_gpus))
         self._learner = GRPOLearner(config, model, tokenizer)
         if resume_from is not None:
             self._learner.load_state(resume_from)

@@ -8,6 +8,10 @@ GRPO loss lives in this project.
 A step goes through forward and backward in micro-batches of `learner.micro_batch_size` samples
 (all at once when null), accumulating gradients into one optimizer step per generation round;
 each micro-batch's TRL loss is weighted so the sum is TRL's loss on the whole step.
+
+As one rank of a data-parallel group (the process joined it first: data_parallel.py), a learner gets
+its share of the step's groups; losses are weighted by the whole step's counts and gradients
+all-reduced, so every rank takes the optimizer step one learner would take on the whole batch.
 """
 
 from __future__ import annotations
@@ -79,7 +83,15 @@ class GRPOLearner:
         # loss by the same count, which is exact only when all have the same number of samples.
         self.trainer.current_gradient_accumulation_steps = 1
         accelerator = self.trainer.accelerator
+        # Data parallelism (DDP) comes from accelerate finding the process group open. Sharding a model
+        # larger than one GPU (FSDP2) would be configured here, through GRPOConfig's fsdp settings.
         self.model, self.optimizer = accelerator.prepare(self.trainer.model, self.trainer.optimizer)
+        self.world_size = accelerator.num_processes
+        if torch.distributed.is_initialized() and torch.distributed.get_world_size() != self.world_size:
+            raise RuntimeError(
+                f"this process is one of {torch.distributed.get_world_size()} learner ranks but accelerate sees "
+                f"{self.world_size}: set RANK/WORLD_SIZE/LOCAL_RANK before building the learner (data_parallel.join)"
+            )
         self.policy_version = 0
         self._capture_policy_logps()
 
@@ -119,16 +131,23 @@ class GRPOLearner:
     def accumulate_gradients(self, batch: dict[str, np.ndarray], micro_batch_size: int | None) -> dict[str, float]:
         """Backward passes over the batch in micro-batches of `micro_batch_size` samples (None: one pass),
         accumulating into `.grad` the gradient of the whole batch's loss; no optimizer step. Returns the
-        batch's loss and the engine-vs-learner logprob diagnostic."""
+        batch's loss and the engine-vs-learner logprob diagnostic.
+
+        As one of several ranks, `batch` is this rank's shard: `.grad` then holds the gradient of the whole
+        step's loss (all ranks' shards), and the figures returned are the whole step's."""
         inputs = {key: torch.tensor(value, device=self.device) for key, value in batch.items()}
         # The model's own tokens; a tool's observation tokens (tool_mask 0) are context, not trained on.
         mask = _loss_mask(inputs)
         rows, tokens = mask.size(0), mask.sum()
-        size = micro_batch_size or rows
+        passes = rows
+        if self.world_size > 1:
+            rows, tokens, passes = _step_counts(rows, tokens)
+            inputs = _pad_rows(inputs, passes)
+        size = micro_batch_size or passes
         self.model.train()
         # Summed on the device: reading each micro-batch's figures would wait for the GPU every time.
         loss_sum, abs_sum, abs_max = (torch.zeros((), device=self.device) for _ in range(3))
-        for first in range(0, rows, size):
+        for first in range(0, passes, size):
             chunk = _micro_batch(inputs, first, first + size)
             chunk_mask = _loss_mask(chunk)
             if self.config.beta != 0.0:
@@ -137,7 +156,7 @@ class GRPOLearner:
             # TRL's token-level losses (dapo, cispo) divide by this: the whole step's token count, so
             # micro-batch losses add up to the step's loss.
             chunk["num_items_in_batch"] = tokens
-            last = first + size >= rows
+            last = first + size >= passes
             # Under data parallelism only the last micro-batch should all-reduce gradients.
             with contextlib.nullcontext() if last else self.trainer.accelerator.no_sync(self.model):
                 loss = self.trainer.compute_loss(self.model, chunk) * self._share(chunk_mask, rows, tokens)
@@ -147,6 +166,8 @@ class GRPOLearner:
             abs_diff = (self._policy_logps - chunk["old_per_token_logps"]).abs() * chunk_mask
             abs_sum += abs_diff.sum()
             abs_max = torch.maximum(abs_max, abs_diff.max())
+        if self.world_size > 1:
+            loss_sum, abs_sum, abs_max = _step_totals(loss_sum, abs_sum, abs_max, self.world_size)
         return {
             "loss": float(loss_sum),
             "rollout/logprob_abs_diff": float(abs_sum) / max(1.0, float(tokens)),
@@ -157,13 +178,18 @@ class GRPOLearner:
         """The weight of one micro-batch's TRL loss in the step's loss, so that the weighted sum equals
         TRL's loss on the whole step (TRL's own accumulation divides by a fixed step count, exact only
         for equal micro-batches). dapo/cispo already divide by the step's token count; bnpo is a token
-        mean over the micro-batch; grpo, sapo and dr_grpo are means over its samples."""
+        mean over the micro-batch; grpo, sapo and dr_grpo are means over its samples.
+
+        With several ranks, `rows` and `tokens` count the whole step, and the weight is multiplied by the
+        number of ranks because DDP averages the ranks' gradients (TRL does the same for dapo/cispo by
+        dividing their token count by it); padding rows count in the micro-batch's samples, as TRL's
+        mean counts them, but carry no loss."""
         loss_type = self.config.loss_type
         if loss_type in ("dapo", "cispo"):
             return 1.0
         if loss_type == "bnpo":
-            return float(chunk_mask.sum()) / max(1.0, float(tokens))
-        return chunk_mask.size(0) / rows
+            return float(chunk_mask.sum()) * self.world_size / max(1.0, float(tokens))
+        return chunk_mask.size(0) * self.world_size / rows
 
     def _logps(self, model, inputs) -> torch.Tensor:
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
@@ -212,6 +238,41 @@ _COMPLETION_KEYS = ("completion_ids", "completion_mask", "old_per_token_logps", 
 def _loss_mask(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     mask = inputs["completion_mask"]
     return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
+
+
+def _step_counts(rows: int, tokens: torch.Tensor) -> tuple[int, torch.Tensor, int]:
+    """(samples, loss tokens) of the whole step across ranks, and the most samples any rank holds."""
+    import torch.distributed as dist
+
+    counts = torch.stack([torch.tensor(rows, device=tokens.device), tokens])
+    everyone = [torch.empty_like(counts) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, counts)
+    table = torch.stack(everyone)
+    return int(table[:, 0].sum()), table[:, 1].sum(), int(table[:, 0].max())
+
+
+def _step_totals(loss_sum, abs_sum, abs_max, world_size: int):
+    """This step's loss and logprob diagnostic over all ranks (each rank's loss carries the DDP factor)."""
+    import torch.distributed as dist
+
+    sums = torch.stack([loss_sum, abs_sum])
+    dist.all_reduce(sums)
+    dist.all_reduce(abs_max, op=dist.ReduceOp.MAX)
+    return sums[0] / world_size, sums[1], abs_max
+
+
+def _pad_rows(inputs: dict[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]:
+    """`inputs` grown to `rows` samples with copies of its last sample that the loss leaves out
+    (tool_mask 0). Every rank then runs the same micro-batches: DDP and TRL's logged metrics make
+    collective calls in each one, and those must match across ranks."""
+    extra = rows - inputs["completion_mask"].size(0)
+    if extra == 0:
+        return inputs
+    if "tool_mask" not in inputs:
+        inputs = {**inputs, "tool_mask": torch.ones_like(inputs["completion_mask"])}
+    padded = {key: torch.cat([value, value[-1:].expand(extra, *value.shape[1:])]) for key, value in inputs.items()}
+    padded["tool_mask"][-extra:] = 0
+    return padded
 
 
 def _micro_batch(inputs: dict[str, torch.Tensor], first: int, end: int) -> dict[str, torch.Tensor]:

@@ -37,3 +37,11 @@ def test_one_machine_without_enough_gpus_for_learner_and_engines_fails_before_st
         learner_gpus(TrainConfig(), cluster_gpus=1, local=True)
     with pytest.raises(UserError, match="has 0 GPUs but the run needs 1"):
         learner_gpus(TrainConfig(learner={"num_gpus": 1}), cluster_gpus=0, local=True)
+
+
+def test_every_learner_worker_counts_its_own_gpus():
+    config = TrainConfig(learner={"workers": 2}, rollout={"engines": 1})
+    with pytest.raises(UserError, match=r"has 2 GPUs but the run needs 3: .*learner.num_gpus \(1\) x learner.workers \(2\)"):
+        learner_gpus(config, cluster_gpus=2, local=True)
+    assert learner_gpus(config, cluster_gpus=3, local=True) == 1  # per worker
+

@@ -1,0 +1,69 @@
+"""`LearnerGroup` with `learner.workers=2`: two Ray learner actors in one gloo group train the run one
+learner trains (same per-step losses, same weights), checkpoint from rank 0, restart together from
+that checkpoint, and a rank that dies is reported as the learner's death, naming the rank."""
+
+from __future__ import annotations
+
+import pytest
+from safetensors.torch import load_file
+
+from orchestrator.config.train import TrainConfig
+from orchestrator.contracts.errors import LearnerDiedError
+from orchestrator.training.learner_group import LearnerGroup
+from tests.workers.learner.grpo_steps import grpo_steps
+
+GROUPS, GROUP_SIZE, TEMPERATURE = 5, 2, 1.0
+
+
+def _start(ray_session, tiny, workers: int) -> LearnerGroup:
+    config = TrainConfig(
+        num_generations=GROUP_SIZE,
+        prompts_per_step=GROUPS,
+        max_steps=4,
+        learning_rate=1e-3,
+        temperature=TEMPERATURE,
+        learner={"workers": workers},
+    )
+    return LearnerGroup.start(ray_session, config, str(tiny.model_dir), str(tiny.tokenizer_dir), None, timeout_s=300)
+
+
+def _same_weights(a, b) -> float:
+    first, second = load_file(f"{a}/model.safetensors"), load_file(f"{b}/model.safetensors")
+    assert first.keys() == second.keys()
+    return max(float((first[name] - second[name]).abs().max()) for name in first)
+
+
+def test_two_ranks_train_checkpoint_and_restart_as_one_learner(ray_session, tiny, tmp_path):
+    steps = grpo_steps(tiny, 4, GROUPS, GROUP_SIZE, TEMPERATURE)
+    one, two = _start(ray_session, tiny, 1), _start(ray_session, tiny, 2)
+    try:
+        assert len(two.ranks) == 2 and two.lead is two.ranks[0]
+        assert two.node_ids() == one.node_ids()  # one local node holds both ranks
+        for step, (batch, group_ids) in enumerate(steps):
+            if step == 2:  # both from their own checkpoint: every rank of `two` resumes from rank 0's
+                for group, name in ((one, "one"), (two, "two")):
+                    group.save(str(tmp_path / name))
+                    group.restart(str(tmp_path / name))
+                assert _same_weights(tmp_path / "one", tmp_path / "two") <= 1e-5
+            alone, together = one.train_step(batch, group_ids), two.train_step(batch, group_ids)
+            assert together["loss"] == pytest.approx(alone["loss"], abs=1e-4), step
+            assert together["grad_norm"] == pytest.approx(alone["grad_norm"], rel=1e-5), step
+        one.save(str(tmp_path / "one-end"))
+        two.save(str(tmp_path / "two-end"))
+        assert _same_weights(tmp_path / "one-end", tmp_path / "two-end") <= 1e-5
+    finally:
+        one.shutdown()
+        two.shutdown()
+
+
+def test_a_dead_rank_is_the_learner_dying(ray_session, tiny):
+    import ray
+
+    (batch, group_ids), = grpo_steps(tiny, 1, GROUPS, GROUP_SIZE, TEMPERATURE)
+    two = _start(ray_session, tiny, 2)
+    try:
+        ray.kill(two.ranks[1])
+        with pytest.raises(LearnerDiedError, match=r"the learner died while training \(rank 1 of 2: "):
+            two.train_step(batch, group_ids)
+    finally:
+        two.shutdown()

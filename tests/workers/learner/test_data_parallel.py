@@ -1,0 +1,98 @@
+"""A 2-rank data-parallel learner (gloo, one process per rank) trains exactly as one learner does.
+
+Each rank runs in its own process (data_parallel_rank.py) on its shard of every step: whole groups,
+uneven on purpose (3 groups and 2), so the padding of the smaller shard is exercised too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from orchestrator.training.learner_shards import shard_batch
+from tests.workers.learner.grpo_steps import grpo_steps
+
+ROOT = Path(__file__).resolve().parents[3]
+RANK = Path(__file__).with_name("data_parallel_rank.py")
+STEPS, GROUPS, GROUP_SIZE, TEMPERATURE = 5, 5, 2, 1.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _run_ranks(work: Path, world_size: int, port: int) -> list[subprocess.Popen]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return [
+        subprocess.Popen(
+            [sys.executable, str(RANK), str(work), str(rank), str(world_size), str(port)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(world_size)
+    ]
+
+
+def _train(tiny, work: Path, config: dict) -> tuple[dict, list[dict]]:
+    """(the one-rank result, the two ranks' results) of the same run."""
+    steps = grpo_steps(tiny, STEPS, GROUPS, GROUP_SIZE, TEMPERATURE)
+    run = {"config": config, "model": str(tiny.model_dir), "tokenizer": str(tiny.tokenizer_dir)}
+    (work / "run.json").write_text(json.dumps(run))
+    whole = work / "whole"
+    whole.mkdir()
+    (whole / "run.json").write_text(json.dumps(run))
+    (whole / "shards-0.pkl").write_bytes(pickle.dumps([batch for batch, _ in steps]))
+    sharded = [shard_batch(batch, group_ids, 2) for batch, group_ids in steps]
+    assert [len(shard["advantages"]) for shard in sharded[0]] == [6, 4]  # 3 groups and 2
+    for rank in range(2):
+        (work / f"shards-{rank}.pkl").write_bytes(pickle.dumps([shards[rank] for shards in sharded]))
+    processes = _run_ranks(whole, 1, 0) + _run_ranks(work, 2, _free_port())
+    for process in processes:
+        output, _ = process.communicate(timeout=600)
+        assert process.returncode == 0, output[-4000:]
+    one = torch.load(whole / "result-0-of-1.pt")
+    two = [torch.load(work / f"result-{rank}-of-2.pt") for rank in range(2)]
+    return one, two
+
+
+def _worst(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys() and a
+    return max(float((a[name] - b[name]).abs().max()) for name in a)
+
+
+@pytest.mark.parametrize("loss_type,micro_batch_size,beta", [("dapo", 4, 0.0), ("grpo", None, 0.0), ("bnpo", 3, 0.1)])
+def test_two_ranks_train_the_same_run_as_one(tiny, tmp_path, loss_type, micro_batch_size, beta):
+    config = {
+        "num_generations": GROUP_SIZE,
+        "prompts_per_step": GROUPS,
+        "max_steps": STEPS,
+        "learning_rate": 1e-3,
+        "temperature": TEMPERATURE,
+        "loss_type": loss_type,
+        "beta": beta,  # with a KL term, each rank holds its own reference model
+        "learner": {"micro_batch_size": micro_batch_size},
+    }
+    one, two = _train(tiny, tmp_path, config)
+    assert _worst(one["gradients"], two[0]["gradients"]) <= 1e-5
+    for step in range(STEPS):
+        for rank in (0, 1):
+            metrics = two[rank]["metrics"][step]
+            assert metrics["loss"] == pytest.approx(one["metrics"][step]["loss"], abs=1e-4)
+            assert metrics["grad_norm"] == pytest.approx(one["metrics"][step]["grad_norm"], rel=1e-5)
+            for key in ("rollout/logprob_abs_diff", "rollout/logprob_max_abs_diff"):
+                assert metrics[key] == pytest.approx(one["metrics"][step][key], abs=1e-5)
+        assert _worst(two[0]["weights"][step], two[1]["weights"][step]) == 0.0  # the ranks never drift apart
+        assert _worst(one["weights"][step], two[0]["weights"][step]) <= 1e-5
+    assert one["metrics"][0]["loss"] != one["metrics"][-1]["loss"]  # the run did train
