@@ -72,7 +72,10 @@ def _worst(a: dict, b: dict) -> float:
     return max(float((a[name] - b[name]).abs().max()) for name in a)
 
 
-@pytest.mark.parametrize("loss_type,micro_batch_size,beta", [("dapo", 4, 0.0), ("grpo", None, 0.0), ("bnpo", 3, 0.1)])
+@pytest.mark.parametrize(
+    "loss_type,micro_batch_size,beta",
+    [("dapo", 4, 0.0), pytest.param("grpo", None, 0.0, marks=pytest.mark.slow), pytest.param("bnpo", 3, 0.1, marks=pytest.mark.slow)],
+)
 def test_two_ranks_train_the_same_run_as_one(tiny, tmp_path, loss_type, micro_batch_size, beta):
     config = {
         "num_generations": GROUP_SIZE,
