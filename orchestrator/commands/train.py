@@ -24,6 +24,11 @@ def run_train(args: argparse.Namespace) -> int:
         run_dir = RunDir.existing(args.resume)
         config = load_config(TrainConfig, run_dir.root / "config.yaml", args.overrides)
         checkpoint, resume = run_dir.latest_checkpoint()
+        if resume.learner_fsdp != config.learner.fsdp:
+            from orchestrator.contracts.errors import UserError
+
+            written = str(resume.learner_fsdp).lower()
+            raise UserError(f"{checkpoint} was written with learner.fsdp={written}: resume with learner.fsdp={written}")
     else:
         config = load_config(TrainConfig, Path(args.config) if args.config else DEFAULT_CONFIG, args.overrides)
         run_dir, resume = RunDir.create(config.output_dir), None  # checked here, created after preflight

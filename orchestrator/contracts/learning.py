@@ -28,6 +28,12 @@ class LearnerConfig(StrictModel):
         description="GPUs for each learner worker. null: 1 when the Ray cluster has GPUs, else 0. 0 on a cluster "
         "with GPUs is an error (weights reach GPU engines over NCCL from the learner's GPU).",
     )
+    fsdp: bool = Field(
+        False,
+        description="Shard weights, gradients and optimizer state over the learner workers (FSDP2 through accelerate), "
+        "so a model larger than one worker's memory trains; rank 0 gathers the weights whole, on the host, for "
+        "engines and checkpoints. Needs workers > 1. false: every worker holds the whole model (DDP).",
+    )
     bf16: bool = Field(False, description="bf16 training (GPU only).")
     micro_batch_size: int | None = Field(
         None,
@@ -82,6 +88,8 @@ class GRPOSettings(StrictModel):
                 f"learner.workers ({self.learner.workers}) is more than prompts_per_step ({self.prompts_per_step}): "
                 "each learner worker trains on whole groups, so lower learner.workers or raise prompts_per_step"
             )
+        if self.learner.fsdp and self.learner.workers == 1:
+            raise ValueError("learner.fsdp shards the model over learner workers: set learner.workers to 2 or more")
         return self
 
     @property

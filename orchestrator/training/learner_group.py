@@ -83,6 +83,10 @@ class LearnerGroup:
         return self._call_all("training", [rank.train_step.remote(shard) for rank, shard in zip(self.ranks, shards)])[0]
 
     def save(self, folder: str) -> str:
+        """Rank 0 writes the checkpoint; sharded ranks (learner.fsdp) all gather its optimizer state."""
+        _, config, *_ = self._start_args
+        if len(self.ranks) > 1 and config.learner.fsdp:
+            return self._call_all("saving a checkpoint", [rank.save.remote(folder) for rank in self.ranks])[0]
         return self._call("saving a checkpoint", self.lead.save.remote(folder))
 
     def sync(self, transport, engines: dict[int, object], version: int):

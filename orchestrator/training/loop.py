@@ -254,5 +254,5 @@ class GRPORun:
     def save(self, step: int) -> Path:
         # A prefetched batch (async mode) is not trained on yet: a resumed run generates it again.
         position = self.stream.position - self._prefetch.groups_ahead
-        state = ResumeState(step=step, stream_position=position, policy_version=self.policy_version)
+        state = ResumeState(step, position, self.policy_version, learner_fsdp=self.config.learner.fsdp)
         return self.run_dir.write_checkpoint(step, self.parts.learner.save, state)

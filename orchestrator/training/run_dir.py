@@ -37,6 +37,7 @@ class ResumeState:
     step: int
     stream_position: int
     policy_version: int
+    learner_fsdp: bool = False  # a sharded learner writes its optimizer state by parameter name
 
 
 class RunDir:

@@ -12,6 +12,8 @@ each micro-batch's TRL loss is weighted so the sum is TRL's loss on the whole st
 As one rank of a data-parallel group (the process joined it first: data_parallel.py), a learner gets
 its share of the step's groups; losses are weighted by the whole step's counts and gradients
 all-reduced, so every rank takes the optimizer step one learner would take on the whole batch.
+With `learner.fsdp` the ranks shard the model instead of each holding it whole (sharding.py); rank 0
+keeps the gathered weights for publishing and checkpoints.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 import torch
 
 from orchestrator.contracts.learning import GRPOSettings
+from workers.learner import sharding
 from workers.learner.model_setup import load_model, load_tokenizer
 from workers.weights.buckets import WeightBucket, pack
 
@@ -70,6 +73,7 @@ class GRPOLearner:
             save_strategy="no",
             logging_steps=1,
             disable_dropout=True,  # the engines sample without dropout; the loss should see the same policy
+            **sharding.fsdp_arguments(config),
         )
         self.trainer = GRPOTrainer(
             model=model,
@@ -83,8 +87,10 @@ class GRPOLearner:
         # loss by the same count, which is exact only when all have the same number of samples.
         self.trainer.current_gradient_accumulation_steps = 1
         accelerator = self.trainer.accelerator
-        # Data parallelism (DDP) comes from accelerate finding the process group open. Sharding a model
-        # larger than one GPU (FSDP2) would be configured here, through GRPOConfig's fsdp settings.
+        # Data parallelism comes from accelerate finding the process group open: DDP, or FSDP2 sharding.
+        self.sharded = config.learner.fsdp
+        if self.sharded:
+            sharding.shard_on_cpu(self.trainer)
         self.model, self.optimizer = accelerator.prepare(self.trainer.model, self.trainer.optimizer)
         self.world_size = accelerator.num_processes
         if torch.distributed.is_initialized() and torch.distributed.get_world_size() != self.world_size:
@@ -93,6 +99,7 @@ class GRPOLearner:
                 f"{self.world_size}: set RANK/WORLD_SIZE/LOCAL_RANK before building the learner (data_parallel.join)"
             )
         self.policy_version = 0
+        self._gather_weights()
         self._capture_policy_logps()
 
     def _capture_policy_logps(self) -> None:
@@ -121,6 +128,7 @@ class GRPOLearner:
         trainer.lr_scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.policy_version += 1
+        self._gather_weights()
         return {
             **metrics,
             "grad_norm": float(grad_norm),
@@ -199,8 +207,14 @@ class GRPOLearner:
         )
         return logps
 
+    def _gather_weights(self) -> None:
+        """Sharded, every rank gathers the new weights with the others, and rank 0 keeps them whole."""
+        self._whole_weights = sharding.whole_weights(self.model) if self.sharded else None
+
     def named_weights(self):
-        """(HF name, tensor) for every weight, as vLLM's loaders expect them."""
+        """(HF name, tensor) for every weight, as vLLM's loaders expect them (sharded: on rank 0 only)."""
+        if self.sharded:
+            return self._whole_weights.items()
         return self.trainer.accelerator.unwrap_model(self.model).state_dict().items()
 
     def weight_buckets(self, bucket_bytes: int) -> list[WeightBucket]:
@@ -209,12 +223,16 @@ class GRPOLearner:
 
     def save(self, folder: str) -> None:
         """An HF checkpoint (model + canonical tokenizer) that transformers and vLLM load as is, plus
-        `learner_state.pt` (optimizer, scheduler, RNG, policy version) for `train --resume`."""
+        `learner_state.pt` (optimizer, scheduler, RNG, policy version) for `train --resume`. Sharded,
+        every rank calls this (the optimizer state is gathered) and rank 0 writes."""
+        optimizer = self._optimizer_state()
+        if not self.trainer.accelerator.is_main_process:
+            return
         model = self.trainer.accelerator.unwrap_model(self.model)
-        model.save_pretrained(folder, safe_serialization=True)
+        model.save_pretrained(folder, safe_serialization=True, state_dict=self._whole_weights)
         self.tokenizer.save_pretrained(folder)
         state = {
-            "optimizer": self.optimizer.state_dict(),
+            **optimizer,
             "scheduler": self.trainer.lr_scheduler.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "policy_version": self.policy_version,
@@ -224,10 +242,24 @@ class GRPOLearner:
     def load_state(self, folder: str) -> None:
         """Continue exactly where `save` left off (the weights come from the same folder)."""
         state = torch.load(f"{folder}/{LEARNER_STATE}", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
+        written_sharded = sharding.WHOLE_OPTIMIZER in state
+        if written_sharded != self.sharded:
+            raise ValueError(
+                f"{folder} was written by a learner with learner.fsdp {str(written_sharded).lower()}; resume it with "
+                f"learner.fsdp: {str(written_sharded).lower()}"
+            )
+        if self.sharded:
+            sharding.load_whole_optimizer_state(self.model, self.optimizer.optimizer, state[sharding.WHOLE_OPTIMIZER])
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
         self.trainer.lr_scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         self.policy_version = state["policy_version"]
+
+    def _optimizer_state(self) -> dict:
+        if self.sharded:
+            return {sharding.WHOLE_OPTIMIZER: sharding.whole_optimizer_state(self.model, self.optimizer.optimizer)}
+        return {"optimizer": self.optimizer.state_dict()}
 
 
 # Tensors whose second dimension is the completion: a micro-batch drops the trailing columns none of

@@ -183,6 +183,14 @@ def test_resume_with_only_a_half_written_checkpoint(killed_run):
     assert err.startswith(f"error: --resume {killed_run}: no complete checkpoint in {killed_run}/checkpoints (the run stopped before")
 
 
+def test_resume_refuses_to_switch_the_learner_to_sharded(killed_run):
+    checkpoint = killed_run / "checkpoints" / "step-000001"  # written by a learner holding the whole model
+    before = sorted(str(p.relative_to(killed_run)) for p in killed_run.rglob("*"))
+    err = _cli("train", "--resume", str(killed_run), "learner.workers=2", "learner.fsdp=true")
+    assert err == f"error: {checkpoint} was written with learner.fsdp=false: resume with learner.fsdp=false"
+    assert sorted(str(p.relative_to(killed_run)) for p in killed_run.rglob("*")) == before
+
+
 def test_resume_of_a_folder_that_is_not_a_run(tmp_path):
     assert _cli("train", "--resume", str(tmp_path / "nope")) == f"error: --resume {tmp_path}/nope does not exist (expected the output_dir of a train run)"
     assert _cli("train", "--resume", str(tmp_path)) == f"error: --resume {tmp_path}: no config.yaml there (expected the output_dir of a train run)"

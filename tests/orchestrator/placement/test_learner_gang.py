@@ -1,8 +1,8 @@
 """A data-parallel learner's ranks are placed as one gang on learner nodes, across several of them
 when one cannot hold them all, never on a rollout node; a task for rank 0's bundle (where the group's
 rendezvous address is chosen) runs on rank 0's node. And the ranks train there: a `LearnerGroup` of
-two ranks on two CPU-only learner nodes (one rank each, gloo across the nodes) gives one learner's
-per-step loss and grad norm. Simulated clusters (logical GPUs for placement), each in a subprocess so
+two ranks on two CPU-only learner nodes (one rank each, the model sharded over them with FSDP2, gloo
+across the nodes) gives one learner's per-step loss and grad norm. Simulated clusters (logical GPUs for placement), each in a subprocess so
 it never meets the Ray session other tests share."""
 
 import json
@@ -130,7 +130,8 @@ def _config(workers: int) -> dict:
         "max_steps": 2,
         "learning_rate": 1e-3,
         "temperature": TEMPERATURE,
-        "learner": {"workers": workers, "num_gpus": 0, "num_cpus": 1},  # gloo: a rank with a GPU would use NCCL
+        # gloo (a rank with a GPU would use NCCL); two ranks shard the model
+        "learner": {"workers": workers, "num_gpus": 0, "num_cpus": 1, "fsdp": workers > 1},
     }
 
 

@@ -1,6 +1,7 @@
-"""`LearnerGroup` with `learner.workers=2`: two Ray learner actors in one gloo group train the run one
-learner trains (same per-step losses, same weights), checkpoint from rank 0, restart together from
-that checkpoint, and a rank that dies is reported as the learner's death, naming the rank."""
+"""`LearnerGroup` with `learner.workers=2`: two Ray learner actors in one gloo group, each holding the
+whole model (DDP) or half of it (FSDP2), train the run one learner trains (same per-step losses, same
+weights), write one checkpoint (rank 0; sharded, with the optimizer state gathered from both), restart
+together from it, and a rank that dies is reported as the learner's death, naming the rank."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ from tests.workers.learner.grpo_steps import grpo_steps
 GROUPS, GROUP_SIZE, TEMPERATURE = 5, 2, 1.0
 
 
-def _start(ray_session, tiny, workers: int) -> LearnerGroup:
+def _start(ray_session, tiny, workers: int, fsdp: bool = False) -> LearnerGroup:
     config = TrainConfig(
         num_generations=GROUP_SIZE,
         prompts_per_step=GROUPS,
         max_steps=4,
         learning_rate=1e-3,
         temperature=TEMPERATURE,
-        learner={"workers": workers},
+        learner={"workers": workers, "fsdp": fsdp},
     )
     return LearnerGroup.start(ray_session, config, str(tiny.model_dir), str(tiny.tokenizer_dir), None, timeout_s=300)
 
@@ -33,9 +34,11 @@ def _same_weights(a, b) -> float:
     return max(float((first[name] - second[name]).abs().max()) for name in first)
 
 
-def test_two_ranks_train_checkpoint_and_restart_as_one_learner(ray_session, tiny, tmp_path):
+# The DDP group is also trained by test_learner_workers.py (slow) and, process by process, by test_data_parallel.py.
+@pytest.mark.parametrize("fsdp", [pytest.param(False, marks=pytest.mark.slow), True], ids=["ddp", "fsdp"])
+def test_two_ranks_train_checkpoint_and_restart_as_one_learner(ray_session, tiny, tmp_path, fsdp):
     steps = grpo_steps(tiny, 4, GROUPS, GROUP_SIZE, TEMPERATURE)
-    one, two = _start(ray_session, tiny, 1), _start(ray_session, tiny, 2)
+    one, two = _start(ray_session, tiny, 1), _start(ray_session, tiny, 2, fsdp)
     try:
         assert len(two.ranks) == 2 and two.lead is two.ranks[0]
         assert two.node_ids() == one.node_ids()  # one local node holds both ranks

@@ -4,7 +4,8 @@
 
 Reads WORK_DIR/run.json (TrainConfig fields, model and tokenizer folders) and WORK_DIR/shards-RANK.pkl
 (this rank's batch for each step); writes WORK_DIR/result-RANK-of-WORLD_SIZE.pt: the gradient of the
-first batch before any step, then each step's metrics and the weights after it.
+first batch before any step, the weight elements this rank holds, then each step's metrics and the
+weights after it (with learner.fsdp, gathered whole on rank 0, none on the others).
 """
 
 from __future__ import annotations
@@ -25,21 +26,36 @@ def main(work: Path, rank: int, world_size: int, port: int) -> None:
     run = json.loads((work / "run.json").read_text())
     config = TrainConfig(**run["config"])
     if world_size > 1:
-        join(DataParallelRank(rank, world_size, "127.0.0.1", port, timeout_s=300), use_gpu=False)
+        join(DataParallelRank(rank, world_size, "127.0.0.1", port, timeout_s=300), use_gpu=bool(config.learner.num_gpus))
     learner = GRPOLearner(config, run["model"], run["tokenizer"])
     batches = pickle.loads((work / f"shards-{rank}.pkl").read_bytes())
 
     learner.accumulate_gradients(batches[0], config.learner.micro_batch_size)
     model = learner.trainer.accelerator.unwrap_model(learner.model)  # DDP's wrapper prefixes every name
-    gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    gradients = {_plain(name): _whole(p.grad).cpu() for name, p in model.named_parameters() if p.grad is not None}
+    held = sum(_local(p).numel() for p in model.parameters())
     learner.optimizer.zero_grad(set_to_none=True)
 
     metrics, weights = [], []
     for batch in batches:
         metrics.append(learner.train_step(batch))
-        weights.append({name: tensor.clone() for name, tensor in learner.named_weights()})
-    result = {"gradients": gradients, "metrics": metrics, "weights": weights}
+        weights.append({name: tensor.cpu().clone() for name, tensor in learner.named_weights()})
+    result = {"gradients": gradients, "held": held, "metrics": metrics, "weights": weights}
     torch.save(result, work / f"result-{rank}-of-{world_size}.pt")
+
+
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A sharded (FSDP2) tensor gathered from every rank; a plain one as it is."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def _plain(name: str) -> str:
+    """A parameter's name without the wrapper FSDP's activation checkpointing puts around each layer."""
+    return name.replace("_checkpoint_wrapped_module.", "")
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 if __name__ == "__main__":
