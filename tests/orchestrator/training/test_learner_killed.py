@@ -54,6 +54,7 @@ def test_a_killed_learner_is_restarted_from_the_last_checkpoint(tmp_path, uninte
     assert sorted(p.name for p in (run / "rollouts").iterdir()) == [f"step-{s:06d}.parquet" for s in range(1, STEPS + 1)]
 
 
+@pytest.mark.slow  # 80 s; the resume command a stopped run prints is also checked by test_resume.py
 def test_without_restarts_the_run_stops_with_the_resume_command(tmp_path):
     run = tmp_path / "run"
     driver = _kill_learner_after(run, 3, "learner.max_restarts=0")
