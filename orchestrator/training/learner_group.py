@@ -5,8 +5,8 @@ The driver talks to the learner only through this object: it starts the actors o
 each step's batch over, has checkpoints saved, and names the actor that publishes weights (`lead`)
 to the weight transport. With `learner.workers` > 1 the actors are the ranks of one data-parallel
 group: each step's batch is split into whole groups per rank (learner_shards.py), and rank 0 is the
-lead (all ranks hold the same weights after a step, so it alone publishes and saves). A learner rank
-that dies (or is stuck past a sync deadline) surfaces as `LearnerDiedError` saying why
+lead (it alone publishes, and saves; sharded ranks help it gather). A learner rank that dies, stops
+answering in a collective call, or is stuck past a sync deadline surfaces as `LearnerDiedError` saying why
 (learner_death.py); `restart` replaces every rank from a checkpoint.
 """
 
@@ -125,7 +125,9 @@ class LearnerGroup:
 
     def _call_all(self, doing: str, refs: list) -> list:
         """Every rank's answer, in rank order. Ranks meet in collective calls, so the others wait on a
-        dead one: its death is raised as soon as it is known, not after the others give up."""
+        dead one: its death is raised as soon as it is known, not after the others give up. A rank that
+        neither answers nor dies (hung, stopped, cut off) holds the others until their collective call
+        times out (the process group's timeout): then it is reported as the learner's death too."""
         import ray
 
         pending = list(refs)
@@ -133,16 +135,20 @@ class LearnerGroup:
             ready, pending = ray.wait(pending, num_returns=1)
             try:
                 self._call(doing, ready[0], refs.index(ready[0]))
-            except ray.exceptions.RayTaskError:  # a collective call fails when a peer dies: that death is the cause
-                self._raise_death(doing, refs)
+            except ray.exceptions.RayTaskError as error:  # a collective call fails when a peer dies: that death is the cause
+                if not _collective_timed_out(error):
+                    self._raise_death(doing, refs, _PEER_GRACE_S)
+                    raise
+                self._raise_death(doing, refs, 0.0)  # a whole timeout has passed: a dead peer is known by now
+                self._raise_stuck(doing, refs, refs.index(ready[0]))
                 raise
         return [ray.get(ref) for ref in refs]
 
-    def _raise_death(self, doing: str, refs: list) -> None:
-        """`LearnerDiedError` for the first rank of `refs` found dead within `_PEER_GRACE_S`, if any."""
+    def _raise_death(self, doing: str, refs: list, grace_s: float) -> None:
+        """`LearnerDiedError` for the first rank of `refs` found dead within `grace_s`, if any."""
         import ray
 
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=_PEER_GRACE_S)
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=grace_s)
         for ref in done:
             try:
                 ray.get(ref)
@@ -150,6 +156,19 @@ class LearnerGroup:
                 raise self._died(doing, error, refs.index(ref)) from None
             except ray.exceptions.RayTaskError:
                 pass
+
+    def _raise_stuck(self, doing: str, refs: list, failed: int) -> None:
+        """`LearnerDiedError` naming the ranks that still have not answered, when rank `failed` gave up
+        waiting for them in a collective call."""
+        import ray
+
+        _, silent = ray.wait(refs, num_returns=len(refs), timeout=0)
+        if silent:
+            ranks = ", ".join(str(refs.index(ref)) for ref in silent)
+            raise LearnerDiedError(
+                f"the learner stopped answering while {doing} (rank {ranks} of {len(self.ranks)} gave no answer, and "
+                f"rank {failed} timed out waiting for it in a collective call: it hangs, is stopped, or its node is cut off)"
+            )
 
     def _died(self, doing: str, error: BaseException, rank: int = 0) -> LearnerDiedError:
         node = self._node_ids[rank] if rank < len(self._node_ids) else None
@@ -181,6 +200,12 @@ class LearnerGroup:
         if self._placement_group is not None:
             ray.util.remove_placement_group(self._placement_group)
             self._placement_group = None
+
+
+def _collective_timed_out(error: BaseException) -> bool:
+    """A rank's call failed because a peer never arrived: gloo's timeout, or NCCL's (DistBackendError)."""
+    text = str(error)
+    return "Timed out waiting" in text or "DistBackendError" in text
 
 
 def _launch(cluster, config: GRPOSettings, model: str, tokenizer: str, resume_from: str | None, timeout_s: float):

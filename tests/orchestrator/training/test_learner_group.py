@@ -16,7 +16,7 @@ from tests.workers.learner.grpo_steps import grpo_steps
 GROUPS, GROUP_SIZE, TEMPERATURE = 5, 2, 1.0
 
 
-def _start(ray_session, tiny, workers: int, fsdp: bool = False) -> LearnerGroup:
+def _start(ray_session, tiny, workers: int, fsdp: bool = False, timeout_s: float = 300) -> LearnerGroup:
     config = TrainConfig(
         num_generations=GROUP_SIZE,
         prompts_per_step=GROUPS,
@@ -25,7 +25,7 @@ def _start(ray_session, tiny, workers: int, fsdp: bool = False) -> LearnerGroup:
         temperature=TEMPERATURE,
         learner={"workers": workers, "fsdp": fsdp},
     )
-    return LearnerGroup.start(ray_session, config, str(tiny.model_dir), str(tiny.tokenizer_dir), None, timeout_s=300)
+    return LearnerGroup.start(ray_session, config, str(tiny.model_dir), str(tiny.tokenizer_dir), None, timeout_s)
 
 
 def _same_weights(a, b) -> float:
@@ -69,4 +69,32 @@ def test_a_dead_rank_is_the_learner_dying(ray_session, tiny):
         with pytest.raises(LearnerDiedError, match=r"the learner died while training \(rank 1 of 2: "):
             two.train_step(batch, group_ids)
     finally:
+        two.shutdown()
+
+
+@pytest.mark.slow  # 50 s, most of it the timeout
+def test_a_stopped_rank_is_the_learner_dying_once_the_collective_times_out(ray_session, tiny):
+    """SIGSTOP: the rank neither answers nor dies; rank 0 waits in its first collective call until the
+    process group's timeout (the start-up timeout, 30 s here), then the learner is reported dead."""
+    import os
+    import signal
+    import time
+
+    import psutil
+    import ray
+
+    (batch, group_ids), = grpo_steps(tiny, 1, GROUPS, GROUP_SIZE, TEMPERATURE)
+    two = _start(ray_session, tiny, 2, timeout_s=30)
+    stopped = ray.get(two.ranks[1].__ray_call__.remote(lambda self: os.getpid()))
+    try:
+        os.kill(stopped, signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(LearnerDiedError, match=r"the learner stopped answering while training \(rank 1 of 2 gave no answer, and rank 0 timed out"):
+            two.train_step(batch, group_ids)
+        assert time.monotonic() - start < 30 + 10  # the timeout, not a hang
+        two.shutdown()  # what a restart does first: the stopped process goes too
+        assert not psutil.wait_procs([psutil.Process(stopped)], timeout=30)[1], "the stopped rank outlived shutdown"
+    finally:
+        if psutil.pid_exists(stopped):
+            os.kill(stopped, signal.SIGCONT)
         two.shutdown()
