@@ -28,10 +28,11 @@ _PEER_GRACE_S = 10.0  # after a rank's collective call failed: how long its peer
 
 
 class LearnerGroup:
-    def __init__(self, ranks: list, placement_group=None, start_args: tuple | None = None):
+    def __init__(self, ranks: list, placement_group=None, start_args: tuple | None = None, sharded: bool = False):
         self.ranks = ranks  # Ray actor handles of workers.learner.actor.Learner, by data-parallel rank
         self._placement_group = placement_group
         self._start_args = start_args  # (cluster, config, model, tokenizer, resume_from, timeout_s)
+        self._sharded = sharded  # learner.fsdp: every rank takes part in a save
         self._node_ids: list[str | None] = [None] * len(ranks)
         self._oom_before: dict[str, dict[str, int] | None] = {}
 
@@ -46,8 +47,8 @@ class LearnerGroup:
     ) -> LearnerGroup:
         """Place and start the learner and wait until it has loaded the model; waits up to
         `timeout_s` for a learner node with room."""
-        group = cls(*_launch(cluster, config, model, tokenizer, resume_from, timeout_s))
-        group._start_args = (cluster, config, model, tokenizer, resume_from, timeout_s)
+        start_args = (cluster, config, model, tokenizer, resume_from, timeout_s)
+        group = cls(*_launch(*start_args), start_args=start_args, sharded=config.learner.fsdp)
         group._watch()
         return group
 
@@ -84,8 +85,7 @@ class LearnerGroup:
 
     def save(self, folder: str) -> str:
         """Rank 0 writes the checkpoint; sharded ranks (learner.fsdp) all gather its optimizer state."""
-        _, config, *_ = self._start_args
-        if len(self.ranks) > 1 and config.learner.fsdp:
+        if self._sharded:
             return self._call_all("saving a checkpoint", [rank.save.remote(folder) for rank in self.ranks])[0]
         return self._call("saving a checkpoint", self.lead.save.remote(folder))
 
@@ -136,19 +136,17 @@ class LearnerGroup:
             try:
                 self._call(doing, ready[0], refs.index(ready[0]))
             except ray.exceptions.RayTaskError as error:  # a collective call fails when a peer dies: that death is the cause
-                if not _collective_timed_out(error):
-                    self._raise_death(doing, refs, _PEER_GRACE_S)
-                    raise
-                self._raise_death(doing, refs, 0.0)  # a whole timeout has passed: a dead peer is known by now
-                self._raise_stuck(doing, refs, refs.index(ready[0]))
+                self._raise_death(doing, refs)
+                if _collective_timed_out(error):  # and no peer died: those that never answered hold the others
+                    self._raise_silent(doing, refs, refs.index(ready[0]))
                 raise
         return [ray.get(ref) for ref in refs]
 
-    def _raise_death(self, doing: str, refs: list, grace_s: float) -> None:
-        """`LearnerDiedError` for the first rank of `refs` found dead within `grace_s`, if any."""
+    def _raise_death(self, doing: str, refs: list) -> None:
+        """`LearnerDiedError` for the first rank of `refs` found dead within `_PEER_GRACE_S`, if any."""
         import ray
 
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=grace_s)
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=_PEER_GRACE_S)
         for ref in done:
             try:
                 ray.get(ref)
@@ -157,17 +155,18 @@ class LearnerGroup:
             except ray.exceptions.RayTaskError:
                 pass
 
-    def _raise_stuck(self, doing: str, refs: list, failed: int) -> None:
-        """`LearnerDiedError` naming the ranks that still have not answered, when rank `failed` gave up
-        waiting for them in a collective call."""
+    def _raise_silent(self, doing: str, refs: list, failed: int) -> None:
+        """`LearnerDiedError` naming the ranks that have not answered, once rank `failed` timed out waiting
+        in a collective call and `_raise_death` gave the others time to time out too."""
         import ray
 
         _, silent = ray.wait(refs, num_returns=len(refs), timeout=0)
         if silent:
             ranks = ", ".join(str(refs.index(ref)) for ref in silent)
             raise LearnerDiedError(
-                f"the learner stopped answering while {doing} (rank {ranks} of {len(self.ranks)} gave no answer, and "
-                f"rank {failed} timed out waiting for it in a collective call: it hangs, is stopped, or its node is cut off)"
+                f"the learner stopped answering while {doing} (rank{'s' if len(silent) > 1 else ''} {ranks} of "
+                f"{len(self.ranks)} gave no answer; rank {failed} timed out waiting in a collective call: hung, "
+                "stopped, or its node cut off)"
             )
 
     def _died(self, doing: str, error: BaseException, rank: int = 0) -> LearnerDiedError:
@@ -203,9 +202,9 @@ class LearnerGroup:
 
 
 def _collective_timed_out(error: BaseException) -> bool:
-    """A rank's call failed because a peer never arrived: gloo's timeout, or NCCL's (DistBackendError)."""
-    text = str(error)
-    return "Timed out waiting" in text or "DistBackendError" in text
+    """A rank's collective call gave up waiting for a peer: gloo's message. (NCCL's watchdog ends the
+    waiting process instead, which reaches the driver as that rank's death.)"""
+    return "Timed out waiting" in str(error)
 
 
 def _launch(cluster, config: GRPOSettings, model: str, tokenizer: str, resume_from: str | None, timeout_s: float):

@@ -1,7 +1,8 @@
 """`Learner`: the Ray actor around `GRPOLearner`. A thin shell: logic lives in grpo.py.
 
-With `learner.workers` > 1 there is one per data-parallel rank (`rank` given); all hold the same
-weights after every step, so rank 0 alone publishes weights and saves checkpoints.
+With `learner.workers` > 1 there is one per data-parallel rank (`rank` given); rank 0 alone publishes
+weights and writes checkpoints (every rank holds the same weights, or with `learner.fsdp` rank 0
+holds them gathered whole).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class Learner:
 
     def nccl_send(self, bucket_bytes: int) -> tuple[str, int]:
         named, device = list(self._learner.named_weights()), self._learner.device
-        # Sharded, rank 0 holds the whole weights on the host: they go to the GPU a tensor at a time.
+        # Sharded, rank 0 holds the whole weights on the host: they go to the GPU as they are packed.
         self._nccl.send(((name, tensor.to(device)) for name, tensor in named), bucket_bytes)
         return "sent", sum(t.numel() * t.element_size() for _, t in named)
 

@@ -165,8 +165,9 @@ class GRPOLearner:
             # micro-batch losses add up to the step's loss.
             chunk["num_items_in_batch"] = tokens
             last = first + size >= passes
-            # Under data parallelism only the last micro-batch should all-reduce gradients.
-            with contextlib.nullcontext() if last else self.trainer.accelerator.no_sync(self.model):
+            # Under DDP only the last micro-batch should all-reduce gradients. Sharded, every micro-batch
+            # reduce-scatters its own: holding them back would keep a whole unsharded gradient per rank.
+            with contextlib.nullcontext() if last or self.sharded else self.trainer.accelerator.no_sync(self.model):
                 loss = self.trainer.compute_loss(self.model, chunk) * self._share(chunk_mask, rows, tokens)
                 self.trainer.accelerator.backward(loss)
             loss_sum += loss.detach()
@@ -241,7 +242,8 @@ class GRPOLearner:
 
     def load_state(self, folder: str) -> None:
         """Continue exactly where `save` left off (the weights come from the same folder)."""
-        state = torch.load(f"{folder}/{LEARNER_STATE}", weights_only=False)
+        path = f"{folder}/{LEARNER_STATE}"
+        state = sharding.read_learner_state(path) if self.sharded else torch.load(path, weights_only=False)
         written_sharded = sharding.WHOLE_OPTIMIZER in state
         if written_sharded != self.sharded:
             raise ValueError(

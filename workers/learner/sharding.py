@@ -21,13 +21,12 @@ WHOLE_OPTIMIZER = "optimizer_by_name"
 
 
 def fsdp_arguments(config: GRPOSettings) -> dict:
-    """GRPOConfig's settings for FSDP2 (transformers passes them to accelerate), or none. TRL checkpoints
-    activations by default; FSDP's own activation checkpointing does it without gathering the weights
-    once more in the backward pass."""
+    """GRPOConfig's settings for FSDP2 (transformers passes them to accelerate), or none. GRPOConfig's
+    gradient_checkpointing only takes effect in `Trainer.train()`, which the learner never calls:
+    turned off here so transformers does not warn about it meeting FSDP."""
     if not config.learner.fsdp:
         return {}
-    fsdp = {"version": 2, "reshard_after_forward": True, "activation_checkpointing": True}
-    return {"fsdp": True, "fsdp_config": fsdp, "gradient_checkpointing": False}
+    return {"fsdp": True, "fsdp_config": {"version": 2, "reshard_after_forward": True}, "gradient_checkpointing": False}
 
 
 def shard_on_cpu(trainer) -> None:
@@ -58,6 +57,11 @@ def whole_optimizer_state(model, optimizer) -> dict:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def read_learner_state(path: str) -> dict:
+    """learner_state.pt memory-mapped: each rank reads only the parts of the optimizer state it keeps."""
+    return torch.load(path, weights_only=False, mmap=True)
 
 
 def load_whole_optimizer_state(model, optimizer, state: dict) -> None:

@@ -72,7 +72,7 @@ def test_a_dead_rank_is_the_learner_dying(ray_session, tiny):
         two.shutdown()
 
 
-@pytest.mark.slow  # 50 s, most of it the timeout
+@pytest.mark.slow  # 60 s, most of it the timeout and the peers' grace
 def test_a_stopped_rank_is_the_learner_dying_once_the_collective_times_out(ray_session, tiny):
     """SIGSTOP: the rank neither answers nor dies; rank 0 waits in its first collective call until the
     process group's timeout (the start-up timeout, 30 s here), then the learner is reported dead."""
@@ -89,9 +89,9 @@ def test_a_stopped_rank_is_the_learner_dying_once_the_collective_times_out(ray_s
     try:
         os.kill(stopped, signal.SIGSTOP)
         start = time.monotonic()
-        with pytest.raises(LearnerDiedError, match=r"the learner stopped answering while training \(rank 1 of 2 gave no answer, and rank 0 timed out"):
+        with pytest.raises(LearnerDiedError, match=r"the learner stopped answering while training \(rank 1 of 2 gave no answer; rank 0 timed out"):
             two.train_step(batch, group_ids)
-        assert time.monotonic() - start < 30 + 10  # the timeout, not a hang
+        assert time.monotonic() - start < 30 + 15  # the timeout and the peers' grace, not a hang
         two.shutdown()  # what a restart does first: the stopped process goes too
         assert not psutil.wait_procs([psutil.Process(stopped)], timeout=30)[1], "the stopped rank outlived shutdown"
     finally:

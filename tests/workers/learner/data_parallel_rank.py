@@ -32,7 +32,7 @@ def main(work: Path, rank: int, world_size: int, port: int) -> None:
 
     learner.accumulate_gradients(batches[0], config.learner.micro_batch_size)
     model = learner.trainer.accelerator.unwrap_model(learner.model)  # DDP's wrapper prefixes every name
-    gradients = {_plain(name): _whole(p.grad).cpu() for name, p in model.named_parameters() if p.grad is not None}
+    gradients = {name: _whole(p.grad).cpu() for name, p in model.named_parameters() if p.grad is not None}
     held = sum(_local(p).numel() for p in model.parameters())
     learner.optimizer.zero_grad(set_to_none=True)
 
@@ -47,11 +47,6 @@ def main(work: Path, rank: int, world_size: int, port: int) -> None:
 def _whole(tensor: torch.Tensor) -> torch.Tensor:
     """A sharded (FSDP2) tensor gathered from every rank; a plain one as it is."""
     return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-
-
-def _plain(name: str) -> str:
-    """A parameter's name without the wrapper FSDP's activation checkpointing puts around each layer."""
-    return name.replace("_checkpoint_wrapped_module.", "")
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
