@@ -90,9 +90,8 @@ class Learner:
         return metadata(self._learner.named_weights())
 
     def nccl_send(self, bucket_bytes: int) -> tuple[str, int]:
-        named, device = list(self._learner.named_weights()), self._learner.device
-        # Sharded, rank 0 holds the whole weights on the host: they go to the GPU as they are packed.
-        self._nccl.send(((name, tensor.to(device)) for name, tensor in named), bucket_bytes)
+        named = list(self._learner.named_weights())
+        self._nccl.send(named, bucket_bytes)
         return "sent", sum(t.numel() * t.element_size() for _, t in named)
 
     def node_id(self) -> str:

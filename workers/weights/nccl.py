@@ -31,13 +31,17 @@ class NcclSender:
         self.group = trainer_init({"master_address": address, "master_port": port, "world_size": world_size})
 
     def send(self, named_tensors, bucket_bytes: int) -> None:
+        """Broadcast (name, tensor) pairs. A tensor elsewhere than this GPU (a sharded learner's rank 0
+        holds the gathered weights on the host) is copied to it as it is packed."""
+        import torch
         from vllm.distributed.weight_transfer.packed_tensor import packed_nccl_broadcast_producer
 
+        device = torch.device("cuda", torch.cuda.current_device())
         packed_nccl_broadcast_producer(
             iterator=iter(named_tensors),
             group=self.group,
             src=0,
-            post_iter_func=lambda item: item[1],
+            post_iter_func=lambda item: item[1].to(device),
             buffer_size_bytes=bucket_bytes,
         )
 
