@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-$(DEVICE)
 PYTEST_ARGS ?= -m "not slow and not gpu"
 export PIP_EXTRA_INDEX_URL
 
-.PHONY: install train generate test docs clean
+.PHONY: install train generate lint test docs clean
 
 install: $(STAMP)
 
@@ -34,7 +34,13 @@ train: install
 generate: install
 	$(PY) -m orchestrator generate $(ARGS)
 
-test: install
+# ruff's linter and formatter, configured in pyproject.toml: any finding fails, before the tests run.
+# `ruff check --fix . && ruff format .` fixes most of them.
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+test: install lint
 	$(PY) -m pytest $(PYTEST_ARGS) $(ARGS)
 
 # Regenerates every figure of the runs shown in README.md (plots and tables): the default run, the

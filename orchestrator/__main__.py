@@ -84,7 +84,9 @@ def _bench_parser(commands) -> None:
     p.add_argument("--model", help="model folder (default: a ~20M-parameter Llama built here)")
     p.add_argument("--prompts", type=int, default=8, help="prompts per step (default: %(default)s)")
     p.add_argument("--num-generations", type=int, default=8, help="(default: %(default)s)")
-    p.add_argument("--max-tokens", type=int, default=128, help="fixed case: tokens per completion, EOS ignored (default: %(default)s)")
+    p.add_argument(
+        "--max-tokens", type=int, default=128, help="fixed case: tokens per completion, EOS ignored (default: %(default)s)"
+    )
     p.add_argument("--realistic-max-tokens", type=int, default=512, help="realistic case: completion cap (default: %(default)s)")
     p.add_argument("--mean-length", type=int, default=100, help="realistic case: mean completion length (default: %(default)s)")
     p.add_argument("--case", choices=["fixed", "realistic", "both"], default="both", help="(default: %(default)s)")
@@ -97,8 +99,12 @@ def _bench_parser(commands) -> None:
         "learner's peak memory for steps of --samples samples at --micro-batch-size, a few minutes on an idle "
         "2-core machine)",
     )
-    p.add_argument("--samples", default="64,256,1024", help="learner-memory: samples per step, comma-separated (default: %(default)s)")
-    p.add_argument("--micro-batch-size", type=int, default=16, help="learner-memory: learner.micro_batch_size (default: %(default)s)")
+    p.add_argument(
+        "--samples", default="64,256,1024", help="learner-memory: samples per step, comma-separated (default: %(default)s)"
+    )
+    p.add_argument(
+        "--micro-batch-size", type=int, default=16, help="learner-memory: learner.micro_batch_size (default: %(default)s)"
+    )
     p.add_argument(
         "--completion-tokens", type=int, default=64, help="learner-memory: tokens per completion (default: %(default)s)"
     )
@@ -121,7 +127,9 @@ def _simulate_parser(commands) -> None:
     p.add_argument("--capacity", type=int, default=64, help="samples in flight per engine (default: %(default)s)")
     p.add_argument("--mean-tokens", type=float, default=64.0, help="mean completion length before the cap (default: %(default)s)")
     p.add_argument("--step-ms", type=float, default=30.0, help="decode step with one sample running (default: %(default)s)")
-    p.add_argument("--step-per-sample-ms", type=float, default=0.25, help="extra step time per running sample (default: %(default)s)")
+    p.add_argument(
+        "--step-per-sample-ms", type=float, default=0.25, help="extra step time per running sample (default: %(default)s)"
+    )
     p.add_argument("--prefill-per-token-ms", type=float, default=0.02, help="(default: %(default)s)")
     p.add_argument("--hosts", type=int, default=1, help="Ray actors hosting the simulated engines (default: %(default)s)")
     p.add_argument("--out", default="simulate.json", help="JSON results (default: %(default)s)")

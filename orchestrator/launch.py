@@ -101,6 +101,7 @@ def start_training(
     longest_prompt = max_prompt_tokens or config.max_prompt_length or 0
     sized_for = (json.loads(bundle.files["config.json"]), config.samples_per_step, longest_prompt + config.max_completion_length)
     if cluster.device == "cpu":  # each engine loads the weights as it is admitted
+
         def load(engine_id, actor):
             learner.load_current(transport, engine_id, actor, policy_version)
 

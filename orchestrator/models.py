@@ -25,7 +25,9 @@ def resolve_model(model: str | None, tokenizer: str | None, keys: tuple[str, str
 
         task = "search" if model is None else model.removeprefix("builtin:")
         if task not in TASKS:
-            raise UserError(f"model: unknown built-in {model!r} (built-ins: {', '.join('builtin:' + t for t in [*TASKS, 'chat'])})")
+            raise UserError(
+                f"model: unknown built-in {model!r} (built-ins: {', '.join('builtin:' + t for t in [*TASKS, 'chat'])})"
+            )
         built = tiny_model(TinyModelSpec(task=task))
         return str(built.model_dir), tokenizer or str(built.tokenizer_dir)
     model, tokenizer = _expand(model), _expand(tokenizer)

@@ -28,8 +28,13 @@ def raw_vllm(model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, 
 
     samples, tokens = len(prompt_ids) * n, max(map(len, prompt_ids)) + max_tokens
     llm = LLM(
-        model=str(model), dtype="float32", enforce_eager=True, seed=seed, max_num_seqs=samples,
-        kv_cache_memory_bytes=kv_cache_bytes(model, samples, tokens), logprobs_mode="processed_logprobs",
+        model=str(model),
+        dtype="float32",
+        enforce_eager=True,
+        seed=seed,
+        max_num_seqs=samples,
+        kv_cache_memory_bytes=kv_cache_bytes(model, samples, tokens),
+        logprobs_mode="processed_logprobs",
         disable_log_stats=True,
     )
     params = SamplingParams(n=n, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=1.0, seed=seed, logprobs=0)
@@ -44,7 +49,15 @@ def raw_vllm(model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, 
 
 
 def pool(
-    model: Path, tokenizer, prompts: list[str], prompt_ids, n: int, max_tokens: int, seed: int, engines: int, ignore_eos: bool = True
+    model: Path,
+    tokenizer,
+    prompts: list[str],
+    prompt_ids,
+    n: int,
+    max_tokens: int,
+    seed: int,
+    engines: int,
+    ignore_eos: bool = True,
 ) -> dict:
     from orchestrator.launch import connect, rollout_cpus, start_pool
     from orchestrator.rollout.groups import make_groups
@@ -52,7 +65,9 @@ def pool(
     sampling = SamplingConfig(max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=1.0, seed=seed)
     requests = make_groups(prompts, prompt_ids, n, sampling)
     samples, tokens = len(prompt_ids) * n, max(map(len, prompt_ids)) + max_tokens
-    config = RolloutConfig(engines=engines, kv_cache_memory_bytes=kv_cache_bytes(model, samples, tokens), max_inflight_samples=samples)
+    config = RolloutConfig(
+        engines=engines, kv_cache_memory_bytes=kv_cache_bytes(model, samples, tokens), max_inflight_samples=samples
+    )
     started = start_pool(connect(rollout_cpus(config)), str(model), tokenizer, config, seed=seed)
     try:
         start = time.perf_counter()
@@ -64,7 +79,9 @@ def pool(
     return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
 
 
-def hf_generate(model: Path, prompt_ids, n: int, max_tokens: int, seed: int, ignore_eos: bool = True, batch_prompts: int = 8) -> dict:
+def hf_generate(
+    model: Path, prompt_ids, n: int, max_tokens: int, seed: int, ignore_eos: bool = True, batch_prompts: int = 8
+) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -79,10 +96,19 @@ def hf_generate(model: Path, prompt_ids, n: int, max_tokens: int, seed: int, ign
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
         with torch.no_grad():
             out = hf.generate(
-                input_ids=ids, attention_mask=mask, do_sample=True, num_return_sequences=n, max_new_tokens=max_tokens,
-                min_new_tokens=max_tokens if ignore_eos else 0, pad_token_id=eos, eos_token_id=eos, top_k=0,
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                num_return_sequences=n,
+                max_new_tokens=max_tokens,
+                min_new_tokens=max_tokens if ignore_eos else 0,
+                pad_token_id=eos,
+                eos_token_id=eos,
+                top_k=0,
             )
-        tokens += sum(_length(row, eos) for row in out[:, width:].tolist()) if not ignore_eos else (out.shape[1] - width) * out.shape[0]
+        tokens += (
+            sum(_length(row, eos) for row in out[:, width:].tolist()) if not ignore_eos else (out.shape[1] - width) * out.shape[0]
+        )
     seconds = time.perf_counter() - start
     return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
 

@@ -32,15 +32,20 @@ def measure(model: Path, sizes: list[int], micro_batch_size: int, completion_tok
     for size, micro in runs:
         row = _child(model, size, micro, completion_tokens)
         rows.append(row)
-        print(f"learner memory: {size} samples, micro_batch_size {micro}: peak {row['peak_mb']:.0f} MB "
-              f"(step {row['step_s']:.1f}s)", flush=True)
+        print(
+            f"learner memory: {size} samples, micro_batch_size {micro}: peak {row['peak_mb']:.0f} MB (step {row['step_s']:.1f}s)",
+            flush=True,
+        )
     split = [row for row in rows if row["micro_batch_size"] == micro_batch_size]
     base = split[0]["peak_mb"]
     for row in rows:
         row["vs_smallest_split_step"] = row["peak_mb"] / base
     return {
-        "model": str(model), "micro_batch_size": micro_batch_size, "completion_tokens": completion_tokens,
-        "device": split[0]["device"], "rows": rows,
+        "model": str(model),
+        "micro_batch_size": micro_batch_size,
+        "completion_tokens": completion_tokens,
+        "device": split[0]["device"],
+        "rows": rows,
         "largest_vs_smallest": split[-1]["peak_mb"] / base,
     }
 
@@ -60,11 +65,20 @@ def table(result: dict) -> str:
 
 
 def _child(model: Path, samples: int, micro_batch_size: int | None, completion_tokens: int) -> dict:
-    command = [sys.executable, "-m", "orchestrator.bench.learner_memory", "--model", str(model),
-               "--samples", str(samples), "--completion-tokens", str(completion_tokens)]
+    command = [
+        sys.executable,
+        "-m",
+        "orchestrator.bench.learner_memory",
+        "--model",
+        str(model),
+        "--samples",
+        str(samples),
+        "--completion-tokens",
+        str(completion_tokens),
+    ]
     if micro_batch_size is not None:
         command += ["--micro-batch-size", str(micro_batch_size)]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"learner memory run for {samples} samples failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -84,8 +98,9 @@ def _batch(learner, samples: int, completion_tokens: int, seed: int = 0) -> dict
     prompt_ids = [prompt for prompt in prompts for _ in range(GENERATIONS)]
     completions = rng.integers(3, len(tokenizer), size=(samples, completion_tokens)).tolist()
     uniform = -float(np.log(len(tokenizer)))  # behaviour logprobs of a model that knows nothing yet
-    table = pa.table({"prompt_ids": prompt_ids, "completion_ids": completions,
-                      "logprobs": [[uniform] * completion_tokens] * samples})
+    table = pa.table(
+        {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": [[uniform] * completion_tokens] * samples}
+    )
     advantages = group_advantages(rng.random(samples), np.arange(samples) // GENERATIONS)
     return learner_batch(table, advantages, tokenizer.pad_token_id)
 
@@ -102,8 +117,13 @@ def _run_one(model: str, samples: int, micro_batch_size: int | None, completion_
 
     cuda = torch.cuda.is_available()
     config = TrainConfig(
-        model=model, tokenizer=model, prompts_per_step=samples // GENERATIONS, num_generations=GENERATIONS,
-        max_completion_length=completion_tokens, learning_rate=1e-5, max_steps=2,
+        model=model,
+        tokenizer=model,
+        prompts_per_step=samples // GENERATIONS,
+        num_generations=GENERATIONS,
+        max_completion_length=completion_tokens,
+        learning_rate=1e-5,
+        max_steps=2,
         learner={"micro_batch_size": micro_batch_size, "num_gpus": 1 if cuda else 0},
     )
     learner = GRPOLearner(config, model, model)
@@ -120,8 +140,12 @@ def _run_one(model: str, samples: int, micro_batch_size: int | None, completion_
     step_s = (time.perf_counter() - start) / 2
     peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {
-        "samples": samples, "micro_batch_size": micro_batch_size, "device": "cuda" if cuda else "cpu",
-        "peak_mb": peak / 2**20, "step_mb": max(0, peak - before) / 2**20, "step_s": step_s,
+        "samples": samples,
+        "micro_batch_size": micro_batch_size,
+        "device": "cuda" if cuda else "cpu",
+        "peak_mb": peak / 2**20,
+        "step_mb": max(0, peak - before) / 2**20,
+        "step_s": step_s,
     }
 
 

@@ -28,9 +28,16 @@ def bench_model(hidden: int = 512, layers: int = 6, heads: int = 8, seed: int = 
     tiny = tiny_model()
     tokenizer = AutoTokenizer.from_pretrained(tiny.tokenizer_dir)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=1024,
-        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=False,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=hidden * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=1024,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
     staging = folder.with_name(folder.name + ".partial")

@@ -31,9 +31,7 @@ class TokenTiming(StrictModel):
     the work, as it is in a real deployment."""
 
     step_base_s: float = Field(0.030, gt=0.0, description="Decode step time with one sample running.")
-    step_per_sample_s: float = Field(
-        0.00025, ge=0.0, description="Extra decode step time per running sample (batch cost)."
-    )
+    step_per_sample_s: float = Field(0.00025, ge=0.0, description="Extra decode step time per running sample (batch cost).")
     prefill_per_token_s: float = Field(0.00002, ge=0.0, description="Prefill time per prompt token, once per group.")
     mean_completion_tokens: float = Field(
         64.0, ge=1.0, description="Mean completion length before the max_tokens cap (geometric lengths)."

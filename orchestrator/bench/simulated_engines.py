@@ -110,7 +110,10 @@ class SimulatedEngines:
             raise EngineDeadError(f"simulated engine {engine_id} is not running")
         self._deliver(engine_id, engine.advance(self._now()))
         lengths = completion_lengths(
-            request.sampling.seed, request.group_id, request.num_generations, self.timing.mean_completion_tokens,
+            request.sampling.seed,
+            request.group_id,
+            request.num_generations,
+            self.timing.mean_completion_tokens,
             request.sampling.max_tokens,
         )
         key = next(self._keys)
@@ -119,7 +122,9 @@ class SimulatedEngines:
         self._schedule(engine_id)
         await finished
         return GroupResult(
-            group_id=request.group_id, engine_id=engine_id, policy_version=0,
+            group_id=request.group_id,
+            engine_id=engine_id,
+            policy_version=0,
             samples=self._content.samples(request, lengths),
         )
 

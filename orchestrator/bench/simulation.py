@@ -100,27 +100,42 @@ def ideal_rate(requests: list[GroupRequest], engines: int, capacity: int, timing
 
 def _lengths(request: GroupRequest, timing: TokenTiming) -> list[int]:
     sampling = request.sampling
-    return completion_lengths(sampling.seed, request.group_id, request.num_generations, timing.mean_completion_tokens, sampling.max_tokens)
+    return completion_lengths(
+        sampling.seed, request.group_id, request.num_generations, timing.mean_completion_tokens, sampling.max_tokens
+    )
 
 
-def run(engines: int, prompts: int, num_generations: int, max_tokens: int, capacity: int, timing: TokenTiming, hosts: int) -> dict:
+def run(
+    engines: int, prompts: int, num_generations: int, max_tokens: int, capacity: int, timing: TokenTiming, hosts: int
+) -> dict:
     from orchestrator.bench.simulated_engines import SimulatedLauncher
     from orchestrator.launch import connect, start_pool
     from orchestrator.rollout.table import rollout_table
 
     result = {
         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}",
-        "engines": engines, "prompts": prompts, "num_generations": num_generations, "max_tokens": max_tokens,
-        "capacity_samples": capacity, "timing": timing.model_dump(), "hosts": hosts,
+        "engines": engines,
+        "prompts": prompts,
+        "num_generations": num_generations,
+        "max_tokens": max_tokens,
+        "capacity_samples": capacity,
+        "timing": timing.model_dump(),
+        "hosts": hosts,
     }
     result["load_average_1min_at_start"] = os.getloadavg()[0]
-    print(f"simulate on {result['machine']} (load average {result['load_average_1min_at_start']:.1f}): {engines} engines "
-          f"x {capacity} samples, {prompts} prompts x {num_generations} generations (max {max_tokens} tokens)", flush=True)
+    print(
+        f"simulate on {result['machine']} (load average {result['load_average_1min_at_start']:.1f}): {engines} engines "
+        f"x {capacity} samples, {prompts} prompts x {num_generations} generations (max {max_tokens} tokens)",
+        flush=True,
+    )
     tokenizer, requests, columns = workload(prompts, num_generations, max_tokens)
     started = time.perf_counter()
     ideal = result["ideal"] = ideal_rate(requests, engines, capacity, timing)
-    print(f"ideal (engine-bound, replayed in virtual time in {time.perf_counter() - started:.1f}s): "
-          f"{ideal['groups_per_s']:.1f} groups/s, {ideal['tokens_per_s']:.0f} tokens/s, {ideal['seconds']:.1f}s", flush=True)
+    print(
+        f"ideal (engine-bound, replayed in virtual time in {time.perf_counter() - started:.1f}s): "
+        f"{ideal['groups_per_s']:.1f} groups/s, {ideal['tokens_per_s']:.0f} tokens/s, {ideal['seconds']:.1f}s",
+        flush=True,
+    )
 
     launcher = SimulatedLauncher(timing, hosts=hosts)
     config = RolloutConfig(engines=engines, max_inflight_samples=capacity, num_cpus_per_engine=0.0, startup_timeout_s=300)
@@ -128,7 +143,10 @@ def run(engines: int, prompts: int, num_generations: int, max_tokens: int, capac
     pool = start_pool(connect(num_cpus=0), "simulated", tokenizer, config, seed=0, launcher=launcher)
     try:
         result["start_s"] = time.perf_counter() - started
-        print(f"{len(pool.engines.actors)} simulated engines started in {result['start_s']:.1f}s (tokenizer fingerprints checked)", flush=True)
+        print(
+            f"{len(pool.engines.actors)} simulated engines started in {result['start_s']:.1f}s (tokenizer fingerprints checked)",
+            flush=True,
+        )
         results, scoring, generate = _generate(pool, requests, columns, ideal)
         result["generate"] = generate
         result["host_lateness_ms"] = _percentiles([late * 1e3 for late in launcher.lateness()])
@@ -158,7 +176,9 @@ def _generate(pool, requests: list[GroupRequest], columns: list[dict], ideal: di
     from orchestrator.training.scoring import StepScorer
 
     batch_samples = TrainConfig.model_fields["reward_batch_samples"].default  # as a train run scores by default
-    scoring = StepScorer(["builtin:search_call"], None, error_score=0.0, columns=columns, batch_samples=batch_samples).begin(requests)
+    scoring = StepScorer(["builtin:search_call"], None, error_score=0.0, columns=columns, batch_samples=batch_samples).begin(
+        requests
+    )
     done, tokens, reward_cpu = 0, 0, 0.0
     others = _ray_processes_cpu()
     cpu, start = time.process_time(), time.perf_counter()
@@ -174,23 +194,36 @@ def _generate(pool, requests: list[GroupRequest], columns: list[dict], ideal: di
         now = time.perf_counter()
         if now - last >= PROGRESS_EVERY_S:
             last = now
-            print(f"[{now - start:5.0f}s] {done}/{len(requests)} groups, {done / (now - start):.1f} groups/s "
-                  f"(ideal {ideal['groups_per_s']:.1f}), {tokens / (now - start):.0f} tokens/s, driver CPU "
-                  f"{(time.process_time() - cpu) / done * 1e3:.3f} ms/group", flush=True)
+            print(
+                f"[{now - start:5.0f}s] {done}/{len(requests)} groups, {done / (now - start):.1f} groups/s "
+                f"(ideal {ideal['groups_per_s']:.1f}), {tokens / (now - start):.0f} tokens/s, driver CPU "
+                f"{(time.process_time() - cpu) / done * 1e3:.3f} ms/group",
+                flush=True,
+            )
 
     results = pool.generate(requests, on_result=on_result)
     scoring.close()
     seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
     others = _ray_processes_cpu() - others
     generate = {
-        "seconds": seconds, "groups": len(results), "tokens": tokens, "groups_per_s": len(results) / seconds,
-        "tokens_per_s": tokens / seconds, "driver_cpu_s": cpu_s, "driver_cpu_ms_per_group": cpu_s / len(results) * 1e3,
-        "reward_submit_cpu_ms_per_group": reward_cpu / len(results) * 1e3, "reward_tasks": scoring.tasks,
-        "ray_processes_cpu_ms_per_group": others / len(results) * 1e3, "share_of_ideal": ideal["seconds"] / seconds,
+        "seconds": seconds,
+        "groups": len(results),
+        "tokens": tokens,
+        "groups_per_s": len(results) / seconds,
+        "tokens_per_s": tokens / seconds,
+        "driver_cpu_s": cpu_s,
+        "driver_cpu_ms_per_group": cpu_s / len(results) * 1e3,
+        "reward_submit_cpu_ms_per_group": reward_cpu / len(results) * 1e3,
+        "reward_tasks": scoring.tasks,
+        "ray_processes_cpu_ms_per_group": others / len(results) * 1e3,
+        "share_of_ideal": ideal["seconds"] / seconds,
         "load_average_1min_at_end": os.getloadavg()[0],
     }
-    print(f"generated {len(results)} groups in {seconds:.1f}s: {generate['groups_per_s']:.1f} groups/s = "
-          f"{generate['share_of_ideal'] * 100:.1f}% of ideal; driver CPU {generate['driver_cpu_ms_per_group']:.3f} ms/group", flush=True)
+    print(
+        f"generated {len(results)} groups in {seconds:.1f}s: {generate['groups_per_s']:.1f} groups/s = "
+        f"{generate['share_of_ideal'] * 100:.1f}% of ideal; driver CPU {generate['driver_cpu_ms_per_group']:.3f} ms/group",
+        flush=True,
+    )
     return results, scoring, generate
 
 
@@ -249,21 +282,54 @@ def table(r: dict) -> str:
     dispatch = gen["driver_cpu_ms_per_group"] - gen["reward_submit_cpu_ms_per_group"]
     rows = [
         ("engines x samples in flight each", f"{r['engines']} x {r['capacity_samples']}", f"{r['hosts']} host actor(s)"),
-        ("work", f"{r['prompts']} prompts x {r['num_generations']}", f"{gen['tokens'] / r['samples']:.0f} tokens/sample mean, max {r['max_tokens']}"),
-        ("timing model", f"step {timing['step_base_s'] * 1e3:g} ms + {timing['step_per_sample_s'] * 1e3:g} ms/sample",
-         f"prefill {timing['prefill_per_token_s'] * 1e3:g} ms/token"),
-        ("ideal (engine-bound)", f"{ideal['groups_per_s']:.1f} groups/s", f"{ideal['tokens_per_s']:.0f} tokens/s, {ideal['seconds']:.1f}s"),
-        ("achieved (real pool, real Ray)", f"{gen['groups_per_s']:.1f} groups/s", f"{gen['tokens_per_s']:.0f} tokens/s, {gen['seconds']:.1f}s"),
+        (
+            "work",
+            f"{r['prompts']} prompts x {r['num_generations']}",
+            f"{gen['tokens'] / r['samples']:.0f} tokens/sample mean, max {r['max_tokens']}",
+        ),
+        (
+            "timing model",
+            f"step {timing['step_base_s'] * 1e3:g} ms + {timing['step_per_sample_s'] * 1e3:g} ms/sample",
+            f"prefill {timing['prefill_per_token_s'] * 1e3:g} ms/token",
+        ),
+        (
+            "ideal (engine-bound)",
+            f"{ideal['groups_per_s']:.1f} groups/s",
+            f"{ideal['tokens_per_s']:.0f} tokens/s, {ideal['seconds']:.1f}s",
+        ),
+        (
+            "achieved (real pool, real Ray)",
+            f"{gen['groups_per_s']:.1f} groups/s",
+            f"{gen['tokens_per_s']:.0f} tokens/s, {gen['seconds']:.1f}s",
+        ),
         ("achieved / ideal", f"{gen['share_of_ideal'] * 100:.1f}%", "target >= 95%"),
         ("driver CPU: pool (dispatch, engine calls)", f"{dispatch:.3f} ms/group", "RolloutPool.generate, all threads"),
-        ("driver CPU: handing groups to reward tasks", f"{gen['reward_submit_cpu_ms_per_group']:.3f} ms/group",
-         f"{gen['reward_tasks']} tasks (reward columns + Ray calls)"),
-        ("other Ray processes' CPU (hosts, raylet)", f"{gen['ray_processes_cpu_ms_per_group']:.3f} ms/group",
-         f"machine load {gen['load_average_1min_at_end']:.1f} at the end"),
-        ("batch assembly (Arrow table)", f"{r['assembly']['ms_per_group']:.3f} ms/group", f"{r['assembly']['seconds']:.1f}s for all"),
-        ("rewards collected + advantages", f"{r['rewards']['ms_per_group']:.3f} ms/group", f"{r['rewards']['seconds']:.1f}s for all"),
+        (
+            "driver CPU: handing groups to reward tasks",
+            f"{gen['reward_submit_cpu_ms_per_group']:.3f} ms/group",
+            f"{gen['reward_tasks']} tasks (reward columns + Ray calls)",
+        ),
+        (
+            "other Ray processes' CPU (hosts, raylet)",
+            f"{gen['ray_processes_cpu_ms_per_group']:.3f} ms/group",
+            f"machine load {gen['load_average_1min_at_end']:.1f} at the end",
+        ),
+        (
+            "batch assembly (Arrow table)",
+            f"{r['assembly']['ms_per_group']:.3f} ms/group",
+            f"{r['assembly']['seconds']:.1f}s for all",
+        ),
+        (
+            "rewards collected + advantages",
+            f"{r['rewards']['ms_per_group']:.3f} ms/group",
+            f"{r['rewards']['seconds']:.1f}s for all",
+        ),
         ("orchestration per request", f"{orchestration:.3f} ms", "target < 1 ms"),
-        ("simulated engines' own lag", f"{r['host_lateness_ms']['mean']:.1f} ms mean", f"p99 {r['host_lateness_ms']['p99']:.1f} ms"),
+        (
+            "simulated engines' own lag",
+            f"{r['host_lateness_ms']['mean']:.1f} ms mean",
+            f"p99 {r['host_lateness_ms']['p99']:.1f} ms",
+        ),
         ("every group exactly once", "yes" if r["groups_exactly_once"] else "NO", f"{r['samples']} samples"),
     ]
     width = max(len(a) for a, _, _ in rows)

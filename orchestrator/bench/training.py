@@ -11,7 +11,9 @@ import numpy as np
 PHASES = ("time/generate", "time/reward", "time/train", "time/sync")
 
 
-def ours(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int, seed: int, out_dir: Path, ignore_eos: bool = True) -> dict:
+def ours(
+    model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int, seed: int, out_dir: Path, ignore_eos: bool = True
+) -> dict:
     from orchestrator.builtin import search_task
     from orchestrator.config.train import TrainConfig
     from orchestrator.launch import start_training
@@ -19,9 +21,18 @@ def ours(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int
     from orchestrator.training.run_dir import RunDir
 
     config = TrainConfig(
-        model=str(model), tokenizer=str(model), prompts_per_step=prompts_per_step, num_generations=n,
-        max_completion_length=max_tokens, ignore_eos=ignore_eos, max_steps=steps, learning_rate=1e-5, seed=seed,
-        output_dir=str(out_dir), plot_steps=10**6, reward_funcs=["builtin:search_call"],
+        model=str(model),
+        tokenizer=str(model),
+        prompts_per_step=prompts_per_step,
+        num_generations=n,
+        max_completion_length=max_tokens,
+        ignore_eos=ignore_eos,
+        max_steps=steps,
+        learning_rate=1e-5,
+        seed=seed,
+        output_dir=str(out_dir),
+        plot_steps=10**6,
+        reward_funcs=["builtin:search_call"],
     )
     parts = start_training(config, str(model), str(model))
     try:
@@ -44,7 +55,9 @@ def ours(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int
     }
 
 
-def trl(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int, seed: int, out_dir: Path, ignore_eos: bool = True) -> dict:
+def trl(
+    model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int, seed: int, out_dir: Path, ignore_eos: bool = True
+) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -59,17 +72,34 @@ def trl(model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int,
             self.times.append(time.perf_counter())
 
     args = GRPOConfig(
-        output_dir=str(out_dir), per_device_train_batch_size=prompts_per_step * n, num_generations=n,
-        max_completion_length=max_tokens, max_steps=steps, learning_rate=1e-5, seed=seed, use_cpu=True, bf16=False,
-        report_to=[], logging_steps=1, save_strategy="no", generation_kwargs={"min_new_tokens": max_tokens} if ignore_eos else {},
+        output_dir=str(out_dir),
+        per_device_train_batch_size=prompts_per_step * n,
+        num_generations=n,
+        max_completion_length=max_tokens,
+        max_steps=steps,
+        learning_rate=1e-5,
+        seed=seed,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        generation_kwargs={"min_new_tokens": max_tokens} if ignore_eos else {},
     )
     clock = StepClock()
     trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(model), reward_funcs=search_task.search_call_reward, args=args,
+        model=AutoModelForCausalLM.from_pretrained(model),
+        reward_funcs=search_task.search_call_reward,
+        args=args,
         train_dataset=Dataset.from_dict({"prompt": search_task.all_prompts()}),
-        processing_class=AutoTokenizer.from_pretrained(model), callbacks=[clock],
+        processing_class=AutoTokenizer.from_pretrained(model),
+        callbacks=[clock],
     )
     trainer.train()
     step_times = np.diff(clock.times)  # from the end of step 1: steady state
     rewards = [e["reward"] for e in trainer.state.log_history if "reward" in e]
-    return {"samples_per_s": float(prompts_per_step * n / step_times.mean()), "step_s": float(step_times.mean()), "reward_last": float(rewards[-1])}
+    return {
+        "samples_per_s": float(prompts_per_step * n / step_times.mean()),
+        "step_s": float(step_times.mean()),
+        "reward_last": float(rewards[-1]),
+    }

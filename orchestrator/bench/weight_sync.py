@@ -17,20 +17,31 @@ def measure(model: Path, engines: int, syncs: int, prompts_per_step: int, n: int
     from orchestrator.launch import start_training
 
     config = TrainConfig(
-        model=str(model), tokenizer=str(model), prompts_per_step=prompts_per_step, num_generations=n,
-        max_completion_length=max_tokens, seed=seed, rollout={"engines": engines},
+        model=str(model),
+        tokenizer=str(model),
+        prompts_per_step=prompts_per_step,
+        num_generations=n,
+        max_completion_length=max_tokens,
+        seed=seed,
+        rollout={"engines": engines},
     )
     parts = start_training(config, str(model), str(model))
     try:
-        reports = [parts.transport.sync(parts.learner.lead, dict(parts.pool.engines.actors), version) for version in range(1, syncs + 1)]
+        reports = [
+            parts.transport.sync(parts.learner.lead, dict(parts.pool.engines.actors), version) for version in range(1, syncs + 1)
+        ]
     finally:
         parts.shutdown()
     seconds = [report.seconds for report in reports]
     nbytes = reports[-1].bytes
     mean = sum(seconds) / len(seconds)
     return {
-        "bytes": nbytes, "engines": engines, "seconds": mean, "seconds_each": seconds,
-        "gb_per_s": nbytes / mean / 1e9, "memcpy_gb_per_s": memcpy_gbps(nbytes),
+        "bytes": nbytes,
+        "engines": engines,
+        "seconds": mean,
+        "seconds_each": seconds,
+        "gb_per_s": nbytes / mean / 1e9,
+        "memcpy_gb_per_s": memcpy_gbps(nbytes),
     }
 
 

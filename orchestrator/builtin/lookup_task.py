@@ -22,8 +22,22 @@ RESULT_BEGIN, RESULT_END = "<result>", "</result>"
 ADDED_TOKENS = (SEARCH_BEGIN, SEARCH_END, RESULT_BEGIN, RESULT_END)
 
 TOPICS = (
-    "apple", "river", "paris", "tiger", "piano", "copper", "winter", "rocket",
-    "garden", "violin", "desert", "falcon", "harbor", "lemon", "marble", "nickel",
+    "apple",
+    "river",
+    "paris",
+    "tiger",
+    "piano",
+    "copper",
+    "winter",
+    "rocket",
+    "garden",
+    "violin",
+    "desert",
+    "falcon",
+    "harbor",
+    "lemon",
+    "marble",
+    "nickel",
 )
 WORDS = ("amber", "basil", "cobalt", "delta", "ember", "flint", "gamma", "hazel", "indigo", "jade", "koala", "lilac")
 
@@ -50,11 +64,7 @@ def prompt_for(topic: str, template_index: int = 0) -> str:
 
 def records() -> list[dict]:
     """The built-in training set: every topic with every template, with its answer column."""
-    return [
-        {"prompt": prompt_for(topic, t), "answer": CODES[topic]}
-        for t in range(len(PROMPT_TEMPLATES))
-        for topic in TOPICS
-    ]
+    return [{"prompt": prompt_for(topic, t), "answer": CODES[topic]} for t in range(len(PROMPT_TEMPLATES)) for topic in TOPICS]
 
 
 def lookup(call_text: str, **context) -> str:

@@ -24,7 +24,9 @@ _FRAC = re.compile(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}")
 
 def math_answer_reward(prompts, completions, answer, **kwargs) -> list[float]:
     """TRL reward signature; `answer` is the dataset column of expected answers."""
-    return [1.0 if is_correct(_text(completion), expected) else 0.0 for completion, expected in zip(completions, answer, strict=True)]
+    return [
+        1.0 if is_correct(_text(completion), expected) else 0.0 for completion, expected in zip(completions, answer, strict=True)
+    ]
 
 
 def is_correct(completion: str, expected) -> bool:

@@ -140,8 +140,15 @@ def _build(spec: TinyModelSpec, model_dir: Path, tokenizer_dir: Path) -> None:
     learner.save_pretrained(tokenizer_dir)
 
 
-def pretrained_llama(spec, vocab_size: int, sequences: list[list[int]], eos_id: int, bos_id: int | None, pad_id: int,
-                     config_pad_id: int | None = None):
+def pretrained_llama(
+    spec,
+    vocab_size: int,
+    sequences: list[list[int]],
+    eos_id: int,
+    bos_id: int | None,
+    pad_id: int,
+    config_pad_id: int | None = None,
+):
     """A Llama of `spec`'s shape (hidden_size, intermediate_size, num_layers, num_heads, seed, and
     the pre-training fields), seeded and pre-trained on `sequences`, bit for bit the same on any
     machine. `pad_id` pads the pre-training batches; `config_pad_id` goes into the model config."""

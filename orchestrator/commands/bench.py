@@ -47,19 +47,31 @@ def run_bench(args: argparse.Namespace) -> int:
     cases = [case for case in cases if args.case in ("both", case.name)]
     result = {
         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}",
-        "model": str(model), "parameters": parameter_count(model), "prompts": args.prompts, "num_generations": args.num_generations,
+        "model": str(model),
+        "parameters": parameter_count(model),
+        "prompts": args.prompts,
+        "num_generations": args.num_generations,
     }
-    print(f"bench on {result['machine']}; model {result['parameters'] / 1e6:.1f}M parameters; "
-          f"{args.prompts} prompts x {args.num_generations} generations", flush=True)
+    print(
+        f"bench on {result['machine']}; model {result['parameters'] / 1e6:.1f}M parameters; "
+        f"{args.prompts} prompts x {args.num_generations} generations",
+        flush=True,
+    )
     if args.only == "sync":
-        result["sync"] = weight_sync.measure(model, args.engines, args.syncs, args.prompts, args.num_generations, args.max_tokens, seed=0)
+        result["sync"] = weight_sync.measure(
+            model, args.engines, args.syncs, args.prompts, args.num_generations, args.max_tokens, seed=0
+        )
         print(_table(result))
         _save(args.out, result)
         return 0
     result["cases"] = {case.name: _measure(case, args) for case in cases}
     train = next(iter(result["cases"].values()))["train"]
-    result["sync"] = {"bytes": train["sync_bytes"], "seconds": train["sync_s"], "gb_per_s": train["sync_bytes"] / train["sync_s"] / 1e9,
-                      "memcpy_gb_per_s": weight_sync.memcpy_gbps(train["sync_bytes"])}
+    result["sync"] = {
+        "bytes": train["sync_bytes"],
+        "seconds": train["sync_s"],
+        "gb_per_s": train["sync_bytes"] / train["sync_s"] / 1e9,
+        "memcpy_gb_per_s": weight_sync.memcpy_gbps(train["sync_bytes"]),
+    }
     print(_table(result))
     _save(args.out, result)
     return 0
@@ -89,8 +101,13 @@ def _measure(case: Case, args: argparse.Namespace) -> dict:
     r = {"max_tokens": tokens, "ignore_eos": eos, "model": str(case.model)}
     r["raw_vllm"] = generation.raw_vllm(case.model, prompt_ids, n, tokens, seed=0, ignore_eos=eos)
     r["mean_completion_tokens"] = r["raw_vllm"]["tokens"] / (len(prompt_ids) * n)
-    print(f"{label} raw vLLM: {r['raw_vllm']['tokens_per_s']:.0f} tok/s ({r['mean_completion_tokens']:.0f} tokens/sample)", flush=True)
-    r["pool"] = generation.pool(case.model, tokenizer, prompts, prompt_ids, n, tokens, seed=0, engines=args.engines, ignore_eos=eos)
+    print(
+        f"{label} raw vLLM: {r['raw_vllm']['tokens_per_s']:.0f} tok/s ({r['mean_completion_tokens']:.0f} tokens/sample)",
+        flush=True,
+    )
+    r["pool"] = generation.pool(
+        case.model, tokenizer, prompts, prompt_ids, n, tokens, seed=0, engines=args.engines, ignore_eos=eos
+    )
     print(f"{label} our pool: {r['pool']['tokens_per_s']:.0f} tok/s", flush=True)
     r["hf_generate"] = generation.hf_generate(case.model, prompt_ids, n, tokens, seed=0, ignore_eos=eos)
     print(f"{label} HF generate: {r['hf_generate']['tokens_per_s']:.0f} tok/s", flush=True)
@@ -114,12 +131,17 @@ def _learner_memory(args: argparse.Namespace) -> int:
     if bad:
         raise UserError(f"--samples: {bad[0]} is not a positive multiple of {learner_memory.GENERATIONS} (the group size)")
     machine = f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}"
-    print(f"learner memory on {machine}; model {parameter_count(model) / 1e6:.1f}M parameters; "
-          f"completions of {args.completion_tokens} tokens; one process per row", flush=True)
+    print(
+        f"learner memory on {machine}; model {parameter_count(model) / 1e6:.1f}M parameters; "
+        f"completions of {args.completion_tokens} tokens; one process per row",
+        flush=True,
+    )
     result = learner_memory.measure(model, sizes, args.micro_batch_size, args.completion_tokens)
     result["machine"] = machine
     print(learner_memory.table(result))
-    print(f"largest step / smallest step at micro_batch_size {args.micro_batch_size}: {result['largest_vs_smallest']:.2f}x (target <= 1.3x)")
+    print(
+        f"largest step / smallest step at micro_batch_size {args.micro_batch_size}: {result['largest_vs_smallest']:.2f}x (target <= 1.3x)"
+    )
     _save(args.out, {"learner_memory": result})
     return 0
 
@@ -128,8 +150,11 @@ def _table(r: dict) -> str:
     sync = r["sync"]
     rows = _throughput_rows(r) if "cases" in r else []
     rows.append(
-        ("weight sync", f"{sync['bytes'] / 1e6:.1f} MB in {sync['seconds']:.3f}s = {sync['gb_per_s']:.2f} GB/s",
-         f"{sync['gb_per_s'] / sync['memcpy_gb_per_s']:.2f}x memcpy ({sync['memcpy_gb_per_s']:.1f} GB/s)")
+        (
+            "weight sync",
+            f"{sync['bytes'] / 1e6:.1f} MB in {sync['seconds']:.3f}s = {sync['gb_per_s']:.2f} GB/s",
+            f"{sync['gb_per_s'] / sync['memcpy_gb_per_s']:.2f}x memcpy ({sync['memcpy_gb_per_s']:.1f} GB/s)",
+        )
     )
     width = max(len(a) for a, _, _ in rows)
     lines = [f"| {'what':<{width}} | figure | ratio |", f"|{'-' * (width + 2)}|---|---|"]
@@ -145,12 +170,27 @@ def _throughput_rows(r: dict) -> list[tuple[str, str, str]]:
         rows += [
             (f"{name}: work", work, ""),
             (f"{name}: generation, raw vLLM (1 process)", f"{raw['tokens_per_s']:.0f} tok/s", ""),
-            (f"{name}: generation, our pool", f"{pool['tokens_per_s']:.0f} tok/s", f"{pool['tokens_per_s'] / raw['tokens_per_s']:.2f}x raw vLLM"),
-            (f"{name}: generation, HF generate", f"{hf['tokens_per_s']:.0f} tok/s", f"{hf['tokens_per_s'] / raw['tokens_per_s']:.2f}x raw vLLM"),
-            (f"{name}: train, ours (steady state)", f"{ours['samples_per_s']:.2f} samples/s", f"{ours['samples_per_s'] / trl['samples_per_s']:.2f}x TRL"),
+            (
+                f"{name}: generation, our pool",
+                f"{pool['tokens_per_s']:.0f} tok/s",
+                f"{pool['tokens_per_s'] / raw['tokens_per_s']:.2f}x raw vLLM",
+            ),
+            (
+                f"{name}: generation, HF generate",
+                f"{hf['tokens_per_s']:.0f} tok/s",
+                f"{hf['tokens_per_s'] / raw['tokens_per_s']:.2f}x raw vLLM",
+            ),
+            (
+                f"{name}: train, ours (steady state)",
+                f"{ours['samples_per_s']:.2f} samples/s",
+                f"{ours['samples_per_s'] / trl['samples_per_s']:.2f}x TRL",
+            ),
             (f"{name}: train, TRL GRPOTrainer alone", f"{trl['samples_per_s']:.2f} samples/s", ""),
-            (f"{name}: ours, s/step (gen/reward/train/sync)", f"{ours['step_s']:.2f}",
-             " / ".join(f"{ours[p]:.2f}" for p in ("time/generate", "time/reward", "time/train", "time/sync"))),
+            (
+                f"{name}: ours, s/step (gen/reward/train/sync)",
+                f"{ours['step_s']:.2f}",
+                " / ".join(f"{ours[p]:.2f}" for p in ("time/generate", "time/reward", "time/train", "time/sync")),
+            ),
             (f"{name}: orchestration overhead", f"{ours['overhead_share'] * 100:.1f}% of step time", ""),
         ]
     return rows

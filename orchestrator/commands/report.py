@@ -57,12 +57,16 @@ def _eval_table(evaluated: list[dict]) -> list[str]:
     """Held-out evaluation rounds (training/evaluation.py), one row each."""
     passes = sorted({key for m in evaluated for key in m if key.startswith("eval/pass@")}, key=lambda k: int(k.split("@")[1]))
     lines = [
-        "| eval after step | reward | " + " | ".join(p.removeprefix("eval/") for p in passes) + " | completion length | samples |",
+        "| eval after step | reward | "
+        + " | ".join(p.removeprefix("eval/") for p in passes)
+        + " | completion length | samples |",
         "|---|---|" + "---|" * len(passes) + "---|---|",
     ]
     for m in evaluated:
         cells = " | ".join(f"{m[p]:.3f}" for p in passes)
-        lines.append(f"| {m['step']} | {m['eval/reward_mean']:.3f} | {cells} | {m['eval/completion_length']:.1f} | {m['eval/samples']} |")
+        lines.append(
+            f"| {m['step']} | {m['eval/reward_mean']:.3f} | {cells} | {m['eval/completion_length']:.1f} | {m['eval/samples']} |"
+        )
     return lines
 
 

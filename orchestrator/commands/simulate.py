@@ -25,8 +25,10 @@ def run_simulate(args: argparse.Namespace) -> int:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     try:
         timing = TokenTiming(
-            step_base_s=args.step_ms / 1e3, step_per_sample_s=args.step_per_sample_ms / 1e3,
-            prefill_per_token_s=args.prefill_per_token_ms / 1e3, mean_completion_tokens=args.mean_tokens,
+            step_base_s=args.step_ms / 1e3,
+            step_per_sample_s=args.step_per_sample_ms / 1e3,
+            prefill_per_token_s=args.prefill_per_token_ms / 1e3,
+            mean_completion_tokens=args.mean_tokens,
         )
     except ValidationError as error:
         raise explain(error, TokenTiming) from None

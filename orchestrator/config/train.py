@@ -100,7 +100,9 @@ class TrainConfig(GRPOSettings):
     ignore_eos: bool = Field(False, description="Do not stop at EOS (benchmarks only).")
     skip_special_tokens: bool = Field(False, description="Drop special tokens from completion text.")
     # Tools (multi-turn rollouts; see contracts/tools.py)
-    tools: list[ToolConfig] = Field(default_factory=list, description="Tools the model may call: [{name, fn, begin, end, timeout_s}].")
+    tools: list[ToolConfig] = Field(
+        default_factory=list, description="Tools the model may call: [{name, fn, begin, end, timeout_s}]."
+    )
     max_turns: int = Field(4, ge=1, description="Model turns per sample: at most max_turns - 1 tool calls are run.")
     max_observation_tokens: int = Field(64, ge=1, description="A tool result longer than this (in tokens) is truncated.")
     tool_error_observation: str = Field(

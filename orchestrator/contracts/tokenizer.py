@@ -51,7 +51,9 @@ def load_tokenizer(name: str):
     except Exception as error:  # a malformed tokenizer file fails with KeyError, TypeError, tokenizers' own errors...
         reason = _tokenizer_folder_problem(Path(name)) if Path(name).is_dir() else None
         if reason is None:
-            reason = f"missing key {error}" if isinstance(error, KeyError) else " ".join(str(error).split()) or type(error).__name__
+            reason = (
+                f"missing key {error}" if isinstance(error, KeyError) else " ".join(str(error).split()) or type(error).__name__
+            )
             reason = reason if len(reason) <= 200 else reason[:200] + "..."
         raise UserError(
             f"cannot load a tokenizer from {name}: {reason} (expected a tokenizer as written by save_pretrained: "

@@ -38,9 +38,13 @@ def check_conversation(value, where: str) -> list[dict]:
         # (Parquet and saved datasets give a message's absent fields as None)
         missing = [key for key in ("role", "content") if message.get(key) is None]
         if missing:
-            raise ConversationError(f"{where}: message {index} has no {' or '.join(repr(k) for k in missing)} (expected {{role, content}})")
+            raise ConversationError(
+                f"{where}: message {index} has no {' or '.join(repr(k) for k in missing)} (expected {{role, content}})"
+            )
         if message["role"] not in ROLES:
-            raise ConversationError(f"{where}: message {index} has unknown role {message['role']!r} (expected one of {', '.join(ROLES)})")
+            raise ConversationError(
+                f"{where}: message {index} has unknown role {message['role']!r} (expected one of {', '.join(ROLES)})"
+            )
         if not isinstance(message["content"], str):
             raise ConversationError(f"{where}: message {index} content must be a string, got {type(message['content']).__name__}")
     return value
@@ -88,7 +92,9 @@ def encode(tokenizer, text: str, conversational: bool) -> list[int]:
 MESSAGES = "__messages__"  # where render_records keeps each record's conversation beside its text
 
 
-def render_records(records: list[dict], tokenizer, tokenizer_name: str, system_prompt: str | None, where: str) -> tuple[list[dict], bool]:
+def render_records(
+    records: list[dict], tokenizer, tokenizer_name: str, system_prompt: str | None, where: str
+) -> tuple[list[dict], bool]:
     """Records whose conversational prompts are replaced by their rendered text (the engines and
     the rollout table see that), each conversation kept under MESSAGES (reward functions see
     those; take them out with `split_messages`). Plain prompts come back as they are."""
@@ -96,7 +102,9 @@ def render_records(records: list[dict], tokenizer, tokenizer_name: str, system_p
     for index, record in enumerate(records):
         if is_conversation(record["prompt"]) != conversational:
             kinds = ("a string", "a conversation") if conversational else ("a conversation", "a string")
-            raise ConversationError(f"{where}: prompt {index} is {kinds[0]} but prompt 0 is {kinds[1]}; use one format for every prompt")
+            raise ConversationError(
+                f"{where}: prompt {index} is {kinds[0]} but prompt 0 is {kinds[1]}; use one format for every prompt"
+            )
     if not conversational:
         return records, False
     require_template(tokenizer, tokenizer_name)

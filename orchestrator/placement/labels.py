@@ -44,7 +44,5 @@ def ray_start_labels(role: str) -> str:
     node is started with ``ray start --labels role=rollout``.
     """
     if role not in (ROLLOUT_ROLE, LEARNER_ROLE):
-        raise ValueError(
-            f"unknown node role {role!r}: expected {ROLLOUT_ROLE!r} or {LEARNER_ROLE!r}"
-        )
+        raise ValueError(f"unknown node role {role!r}: expected {ROLLOUT_ROLE!r} or {LEARNER_ROLE!r}")
     return f"{ROLE_LABEL}={role}"

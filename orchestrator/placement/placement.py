@@ -15,7 +15,7 @@ import dataclasses
 from typing import Literal
 
 from orchestrator.contracts.errors import UserError
-from orchestrator.placement.labels import LEARNER_RESOURCE, LEARNER_ROLE, ROLE_LABEL, ROLLOUT_RESOURCE, ROLLOUT_ROLE
+from orchestrator.placement.labels import LEARNER_RESOURCE, ROLE_LABEL, ROLLOUT_RESOURCE, ROLLOUT_ROLE
 
 Mode = Literal["labels", "resources", "local"]
 MARKER = 0.001  # a resource that marks a node: any number of actors can share it

@@ -114,7 +114,9 @@ class EngineGroup:
         gpus = self.config.tensor_parallel_size if self.cluster.device == "cuda" else 0
         # Never block here (a replacement must not stall generation): an engine that finds no node
         # misses its start deadline and the pool goes on without it.
-        options, self._groups[engine_id] = self.cluster.placement.actor_options(ROLLOUT_ROLE, self.config.num_cpus_per_engine, gpus, None)
+        options, self._groups[engine_id] = self.cluster.placement.actor_options(
+            ROLLOUT_ROLE, self.config.num_cpus_per_engine, gpus, None
+        )
         actor = self.launcher.launch(
             engine_id, self.model, self._bundle_ref, self.config, self.cluster.device, self.seed + engine_id, options
         )
@@ -197,7 +199,9 @@ class EngineGroup:
             self.draining.discard(engine_id)
             return
         if self.restarts >= self.config.max_restarts:
-            print(f"warning: engine {engine_id} died ({reason(error)}); rollout.max_restarts reached, not replacing it", flush=True)
+            print(
+                f"warning: engine {engine_id} died ({reason(error)}); rollout.max_restarts reached, not replacing it", flush=True
+            )
             return
         self.restarts += 1
         replacement = self.add_engine()

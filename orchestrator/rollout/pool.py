@@ -41,9 +41,7 @@ class RolloutPool:
     def __exit__(self, *exc) -> None:
         self.shutdown()
 
-    def generate(
-        self, requests: list[GroupRequest], on_result: Callable[[GroupResult], None] | None = None
-    ) -> list[GroupResult]:
+    def generate(self, requests: list[GroupRequest], on_result: Callable[[GroupResult], None] | None = None) -> list[GroupResult]:
         """Generate every group; results in completion order (assemble them by group id).
 
         Each group's ObjectRef reports to one queue as it resolves, so what the loop does per

@@ -58,8 +58,12 @@ class Evaluation:
         temperature = config.temperature if config.eval_temperature is None else config.eval_temperature
         self.sampling = config.sampling().model_copy(update={"temperature": temperature})
         self.scorer = StepScorer(  # the reward functions get exactly what they get in training
-            config.reward_funcs, config.reward_weights, config.reward_error_score, eval_set.columns,
-            config.reward_batch_samples, eval_set.conversations,
+            config.reward_funcs,
+            config.reward_weights,
+            config.reward_error_score,
+            eval_set.columns,
+            config.reward_batch_samples,
+            eval_set.conversations,
         )
         self.rounds = 0
 
@@ -120,7 +124,9 @@ def eval_metrics(table: pa.Table, rewards: np.ndarray, k: int) -> dict:
 
 
 def progress_line(metrics: dict) -> str:
-    passes = " ".join(f"{key.removeprefix('eval/')} {value:.3f}" for key, value in metrics.items() if key.startswith("eval/pass@"))
+    passes = " ".join(
+        f"{key.removeprefix('eval/')} {value:.3f}" for key, value in metrics.items() if key.startswith("eval/pass@")
+    )
     return (
         f"  eval after step {metrics['step']}: reward {metrics['eval/reward_mean']:.3f} | {passes} | "
         f"len {metrics['eval/completion_length']:.1f} | {metrics['time/eval']:.2f}s"

@@ -183,9 +183,7 @@ class LearnerGroup:
 
         if node_id is None:
             return None
-        probe = ray.remote(oom_kills).options(
-            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
-        )
+        probe = ray.remote(oom_kills).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
         try:
             return ray.get(probe.remote(), timeout=_PROBE_TIMEOUT_S)
         except (ray.exceptions.RayError, TimeoutError):
@@ -220,9 +218,7 @@ def _launch(cluster, config: GRPOSettings, model: str, tokenizer: str, resume_fr
     if learner.workers == 1:
         options, group = cluster.placement.actor_options(LEARNER_ROLE, learner.num_cpus, learner.num_gpus, timeout_s)
         return [ray.remote(Learner).options(**options).remote(config, model, tokenizer, resume_from)], group
-    options, group = cluster.placement.gang_options(
-        LEARNER_ROLE, learner.num_cpus, learner.num_gpus, learner.workers, timeout_s
-    )
+    options, group = cluster.placement.gang_options(LEARNER_ROLE, learner.num_cpus, learner.num_gpus, learner.workers, timeout_s)
     on_rank_0 = {key: value for key, value in options[0].items() if key == "scheduling_strategy"}
     address, port = ray.get(ray.remote(rendezvous).options(num_cpus=0, **on_rank_0).remote(), timeout=timeout_s)
     actor, world = ray.remote(Learner), learner.workers

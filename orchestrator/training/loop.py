@@ -66,7 +66,11 @@ class GRPORun:
         self.sampling = config.sampling()
         self.tool_use = config.tool_use()
         self.scorer = StepScorer(
-            config.reward_funcs, config.reward_weights, config.reward_error_score, columns, config.reward_batch_samples,
+            config.reward_funcs,
+            config.reward_weights,
+            config.reward_error_score,
+            columns,
+            config.reward_batch_samples,
             conversations,
         )
         self._stop_requested = False
@@ -173,7 +177,11 @@ class GRPORun:
     def _requests(self):
         items = self.stream.take(self.config.prompts_per_step)
         return build_requests(
-            items, self.parts.tokenizer, self.config.num_generations, self.sampling, self.tool_use,
+            items,
+            self.parts.tokenizer,
+            self.config.num_generations,
+            self.sampling,
+            self.tool_use,
             conversational=self.conversations is not None,
         )
 

@@ -18,7 +18,9 @@ def rollout_metrics(table: pa.Table, eos_token_id: int | None, tools: bool = Fal
     lengths = np.asarray([len(c) - sum(m) for c, m in zip(completions, observed)], dtype=np.float64)  # model tokens
     finish = table.column("finish_reason").to_pylist()
     stop_reason = table.column("stop_reason").to_pylist()
-    at_eos = [f == "stop" and s is None and bool(c) and c[-1] == eos_token_id for f, s, c in zip(finish, stop_reason, completions)]
+    at_eos = [
+        f == "stop" and s is None and bool(c) and c[-1] == eos_token_id for f, s, c in zip(finish, stop_reason, completions)
+    ]
     at_stop = [f == "stop" and s is not None for f, s in zip(finish, stop_reason)]
     truncated = [f == "length" for f in finish]
     metrics = {

@@ -24,7 +24,9 @@ def draw(metrics: list[dict], folder: Path) -> list[Path]:
     ax.fill_between(steps, [a - b for a, b in zip(mean, std)], [a + b for a, b in zip(mean, std)], alpha=0.2, label="± std")
     evaluated = [m for m in metrics if "eval/reward_mean" in m]
     if evaluated:  # held-out prompts (training/evaluation.py)
-        ax.plot([m["step"] for m in evaluated], [m["eval/reward_mean"] for m in evaluated], marker="s", label="eval reward (held out)")
+        ax.plot(
+            [m["step"] for m in evaluated], [m["eval/reward_mean"] for m in evaluated], marker="s", label="eval reward (held out)"
+        )
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
     ax.grid(alpha=0.3)

@@ -66,7 +66,9 @@ def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str) -
     records = _records_from(config.eval_prompts)
     records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.eval_prompts)
     lengths = [len(encode(tokenizer, record["prompt"], chat)) for record in records]
-    check_prompt_fits(lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), config.eval_prompts)
+    check_prompt_fits(
+        lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), config.eval_prompts
+    )
     conversations = split_messages(records, chat)
     columns = [{key: value for key, value in record.items() if key != "prompt"} for record in records]
     return EvalSet(config.eval_prompts, [record["prompt"] for record in records], columns, conversations), lengths

@@ -53,7 +53,9 @@ def score(
     for spec, weight in zip(specs, weights):
         fn = _resolved.get(spec) or _resolved.setdefault(spec, resolve(spec))
         try:
-            values = _check(spec, fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs), len(prompts))
+            values = _check(
+                spec, fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs), len(prompts)
+            )
         except RewardError:
             if error_score is None:
                 raise

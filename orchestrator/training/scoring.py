@@ -18,13 +18,28 @@ from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.training.reward_batches import RewardBatches
 
 # Names the reward call itself uses; a dataset column with one of these names is not forwarded.
-RESERVED_REWARD_KWARGS = {"prompts", "completions", "completion_ids", "error_score", "group_id", "sample_index",
-                          "finish_reason", "stop_reason"}
+RESERVED_REWARD_KWARGS = {
+    "prompts",
+    "completions",
+    "completion_ids",
+    "error_score",
+    "group_id",
+    "sample_index",
+    "finish_reason",
+    "stop_reason",
+}
 
 
 class StepScorer:
-    def __init__(self, reward_funcs: list[str], reward_weights: list[float] | None, error_score: float | None,
-                 columns: list[dict] | None = None, batch_samples: int = 1, conversations: list[list[dict]] | None = None):
+    def __init__(
+        self,
+        reward_funcs: list[str],
+        reward_weights: list[float] | None,
+        error_score: float | None,
+        columns: list[dict] | None = None,
+        batch_samples: int = 1,
+        conversations: list[list[dict]] | None = None,
+    ):
         """`columns[i]`: prompt i's other dataset columns (reward functions get them as kwargs);
         `batch_samples`: samples per reward task while generation runs (reward_batches.py);
         `conversations[i]`: prompt i's messages when the prompts are conversations: reward functions
@@ -50,8 +65,19 @@ class StepScorer:
 
         if self._task is None:
             self._task = ray.remote(score).options(num_cpus=0, max_retries=0)
-        fields = {name: [] for name in ("prompts", "completions", "completion_ids", "group_id", "sample_index",
-                                        "finish_reason", "stop_reason", *self.dataset_keys)}
+        fields = {
+            name: []
+            for name in (
+                "prompts",
+                "completions",
+                "completion_ids",
+                "group_id",
+                "sample_index",
+                "finish_reason",
+                "stop_reason",
+                *self.dataset_keys,
+            )
+        }
         for request, result in zip(requests, results):
             row = self.columns[request.prompt_index] if self.dataset_keys else None
             prompt = request.prompt if self.conversations is None else self.conversations[request.prompt_index]

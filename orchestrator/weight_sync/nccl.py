@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 
 from orchestrator.weight_sync.object_store import ObjectStoreTransport
-from orchestrator.weight_sync.transport import LearnerSyncTimeout, SyncReport, WeightTransport
+from orchestrator.weight_sync.transport import SyncReport, WeightTransport
 from workers.weights.nccl import UNVERIFIED
 
 

@@ -65,6 +65,7 @@ class WeightTransport(abc.ABC):
     def learner_replaced(self) -> None:
         """A new learner actor publishes from now on (the old one died); nothing to do unless the
         transport holds a connection to the old one."""
+        return
 
     def load_current(self, learner, engine_id: int, actor, version: int) -> SyncReport:
         """Load the learner's weights into a new engine before it serves; raises if it did not take them."""

@@ -69,6 +69,7 @@ def load_manifest(kind: str) -> dict:
 # CRD schema -> strict JSON Schema
 # --------------------------------------------------------------------------
 
+
 def find_crd_dir() -> Path | None:
     """$KUBERAY_CRD_DIR if set and present, else ../shared/kuberay-crds."""
     candidates = []
@@ -105,11 +106,7 @@ def strict_schema(schema: dict) -> dict:
     if schema.get("x-kubernetes-int-or-string"):
         out.pop("type", None)
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-    if (
-        "properties" in out
-        and "additionalProperties" not in out
-        and not schema.get("x-kubernetes-preserve-unknown-fields")
-    ):
+    if "properties" in out and "additionalProperties" not in out and not schema.get("x-kubernetes-preserve-unknown-fields"):
         out["additionalProperties"] = False
     if schema.get("nullable"):
         out = {"anyOf": [out, {"type": "null"}]}
@@ -146,10 +143,7 @@ def validators() -> dict:
     pytest.importorskip("jsonschema")
     directory = find_crd_dir()
     if directory is None:
-        pytest.skip(
-            "KubeRay CRDs not found: set KUBERAY_CRD_DIR or put them in "
-            f"{REPO_ROOT.parent / 'shared' / 'kuberay-crds'}"
-        )
+        pytest.skip(f"KubeRay CRDs not found: set KUBERAY_CRD_DIR or put them in {REPO_ROOT.parent / 'shared' / 'kuberay-crds'}")
     built = {}
     for kind, name in CRD_FILES.items():
         crd = load_yaml(directory / name)
@@ -167,6 +161,7 @@ def schema_errors(validator, doc: dict) -> list[str]:
 # --------------------------------------------------------------------------
 # Operator rules the schema cannot express
 # --------------------------------------------------------------------------
+
 
 def cluster_spec(doc: dict) -> dict:
     return doc["spec"]["rayClusterSpec"] if doc["kind"] == "RayJob" else doc["spec"]
@@ -217,17 +212,14 @@ def operator_rule_violations(doc: dict) -> list[str]:
     spec = cluster_spec(doc)
     if spec.get("rayVersion") != dockerfile_ray_version():
         problems.append(
-            f"rayVersion {spec.get('rayVersion')!r} != Ray pinned in deploy/Dockerfile "
-            f"({dockerfile_ray_version()!r})"
+            f"rayVersion {spec.get('rayVersion')!r} != Ray pinned in deploy/Dockerfile ({dockerfile_ray_version()!r})"
         )
     if kind == "RayJob":
         job = doc["spec"]
         if job.get("ttlSecondsAfterFinished", 0) > 0 and not job.get("shutdownAfterJobFinishes"):
             problems.append("ttlSecondsAfterFinished needs shutdownAfterJobFinishes: true")
     autoscaler_options = spec.get("autoscalerOptions") or {}
-    autoscaler_v2 = bool(spec.get("enableInTreeAutoscaling")) and (
-        autoscaler_options.get("version") == "v2"
-    )
+    autoscaler_v2 = bool(spec.get("enableInTreeAutoscaling")) and (autoscaler_options.get("version") == "v2")
 
     for group_name, group in groups(doc):
         where = f"{group_name} group"
@@ -252,9 +244,7 @@ def operator_rule_violations(doc: dict) -> list[str]:
         if autoscaler_v2 and pod.get("restartPolicy", "Never") != "Never":
             problems.append(f"{where}: autoscaler v2 needs restartPolicy Never or unset")
         memory_volumes = {
-            volume["name"]
-            for volume in pod.get("volumes", [])
-            if (volume.get("emptyDir") or {}).get("medium") == "Memory"
+            volume["name"] for volume in pod.get("volumes", []) if (volume.get("emptyDir") or {}).get("medium") == "Memory"
         }
         containers = pod.get("containers", [])
         if not containers:
@@ -268,8 +258,7 @@ def operator_rule_violations(doc: dict) -> list[str]:
                 problems.append(f"{cwhere}: {GPU} requests {requested!r} != limits {limit!r}")
         ray_container = containers[0] if containers else {}
         if not any(
-            m.get("mountPath") == "/dev/shm" and m.get("name") in memory_volumes
-            for m in ray_container.get("volumeMounts", [])
+            m.get("mountPath") == "/dev/shm" and m.get("name") in memory_volumes for m in ray_container.get("volumeMounts", [])
         ):
             problems.append(f"{where}: /dev/shm is not mounted from a memory-backed emptyDir")
 
@@ -283,6 +272,7 @@ def operator_rule_violations(doc: dict) -> list[str]:
 # --------------------------------------------------------------------------
 # Tests: schema
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", sorted(MANIFESTS))
 def test_manifest_matches_crd_schema(kind, validators):
@@ -334,6 +324,7 @@ def test_required_fields_with_defaults_may_be_omitted(validators):
 # --------------------------------------------------------------------------
 # Tests: operator rules
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", sorted(MANIFESTS))
 def test_manifest_follows_operator_rules(kind):
@@ -435,9 +426,7 @@ def test_worker_groups_are_gpu_groups_and_rollout_autoscales(kind):
 @pytest.mark.parametrize("kind", sorted(MANIFESTS))
 def test_every_pod_runs_the_same_pinned_image(kind):
     images = {
-        container["image"]
-        for _, group in groups(load_manifest(kind))
-        for container in group["template"]["spec"]["containers"]
+        container["image"] for _, group in groups(load_manifest(kind)) for container in group["template"]["spec"]["containers"]
     }
     assert len(images) == 1, images
     (image,) = images
@@ -462,6 +451,7 @@ def test_every_pod_mounts_the_shared_data_claim_where_the_cluster_config_reads_a
 # --------------------------------------------------------------------------
 # Tests: agreement with orchestrator/placement/labels.py and the image recipe
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", sorted(MANIFESTS))
 def test_role_labels_and_resources_match_placement_constants(kind):

@@ -24,6 +24,7 @@ def test_bad_input_fails_before_ray_with_a_clear_message(tmp_path):
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert proc.returncode == 2
     assert f"error: {bad}:2: empty prompt" in proc.stderr

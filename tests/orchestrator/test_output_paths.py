@@ -26,7 +26,9 @@ def test_a_folder_without_write_permission(tmp_path):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o555)
     try:
-        with pytest.raises(UserError, match=rf"^output_dir {locked}/run: no permission to write in {locked} \(choose a writable location\)$"):
+        with pytest.raises(
+            UserError, match=rf"^output_dir {locked}/run: no permission to write in {locked} \(choose a writable location\)$"
+        ):
             check_creatable(locked / "run", "output_dir", folder=True)
     finally:
         locked.chmod(0o755)

@@ -45,4 +45,3 @@ def join(member: DataParallelRank, use_gpu: bool) -> None:
         world_size=member.world_size,
         timeout=timedelta(seconds=member.timeout_s),
     )
-

@@ -95,4 +95,3 @@ class RolloutWorker:
         shutil.rmtree(self._folder, ignore_errors=True)
         if self._claim is not None:  # its processes removed their entries as they stopped
             self._claim.unlink(missing_ok=True)
-

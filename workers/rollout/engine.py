@@ -140,7 +140,16 @@ class RolloutEngine:
         context = {"prompt": request.prompt, "group_id": request.group_id}
         samples = [
             asyncio.ensure_future(
-                run_sample(i, request.prompt_ids, request.sampling.max_tokens, use, vocabulary, generate_turn(i), self._call_tool, context)
+                run_sample(
+                    i,
+                    request.prompt_ids,
+                    request.sampling.max_tokens,
+                    use,
+                    vocabulary,
+                    generate_turn(i),
+                    self._call_tool,
+                    context,
+                )
             )
             for i in range(request.num_generations)
         ]

@@ -17,7 +17,9 @@ from workers.rollout.multi_turn import Turn
 
 def vllm_params(sampling: SamplingConfig, n: int, group_id: int):
     seed = None if sampling.seed is None else sampling.seed + group_id
-    return _params(sampling, n, seed, sampling.max_tokens, sampling.stop, sampling.stop_token_ids, sampling.include_stop_str_in_output)
+    return _params(
+        sampling, n, seed, sampling.max_tokens, sampling.stop, sampling.stop_token_ids, sampling.include_stop_str_in_output
+    )
 
 
 def turn_params(sampling: SamplingConfig, use: ToolUse, max_tokens: int, seed: int | None, end_tag_ids: list[int]):

@@ -92,7 +92,9 @@ class StagedRegion:
             self._open(message)
         view = memoryview(self._map)
         return [
-            WeightBucket.from_header(header, tuple(view[base + offset : base + offset + nbytes] for _, _, _, offset, nbytes in header))
+            WeightBucket.from_header(
+                header, tuple(view[base + offset : base + offset + nbytes] for _, _, _, offset, nbytes in header)
+            )
             for header, base in message["buckets"]
         ]
 

@@ -39,8 +39,6 @@ def test_correct_answers_score_one(completion, answer):
         ("\\boxed{}", "0"),  # an empty box is no answer
     ],
 )
-
-
 def test_wrong_or_missing_answers_score_zero(completion, answer):
     assert math_answer_reward(["q"], [completion], [answer]) == [0.0]
 

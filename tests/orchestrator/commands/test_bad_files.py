@@ -13,7 +13,7 @@ import pytest
 
 
 def _cli(*args):
-    proc = subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr + proc.stdout
     lines = proc.stderr.splitlines()
@@ -37,6 +37,7 @@ def _generate(tmp_path, *args, out=None):
 @pytest.fixture
 def model_copy(tiny, tmp_path):
     """A copy of the tiny model folder (with the learner tokenizer) to damage."""
+
     def copy(name: str):
         folder = tmp_path / name
         shutil.copytree(tiny.model_dir, folder)
@@ -68,7 +69,10 @@ def truncated_parquet(tmp_path):
 def test_output_dir_under_a_regular_file(tmp_path):
     (tmp_path / "afile").write_text("x")
     err = _cli("train", f"output_dir={tmp_path}/afile/run")
-    assert err == f"error: output_dir {tmp_path}/afile/run: {tmp_path}/afile is a file, so nothing can be created under it (expected a folder there)"
+    assert (
+        err
+        == f"error: output_dir {tmp_path}/afile/run: {tmp_path}/afile is a file, so nothing can be created under it (expected a folder there)"
+    )
     err = _cli("train", f"output_dir={tmp_path}/afile")
     assert err == f"error: output_dir {tmp_path}/afile is a file (expected a folder to write the run into)"
     assert (tmp_path / "afile").read_text() == "x"
@@ -89,8 +93,10 @@ def test_model_folder_without_weights(tmp_path, model_copy):
     folder = model_copy("no-weights")
     (folder / "model.safetensors").unlink()
     err = _train(tmp_path, f"model={folder}")
-    assert err == (f"error: model {folder}: no weight file (expected model.safetensors, sharded *.safetensors with their "
-                   "index, or pytorch_model.bin)")
+    assert err == (
+        f"error: model {folder}: no weight file (expected model.safetensors, sharded *.safetensors with their "
+        "index, or pytorch_model.bin)"
+    )
 
 
 def test_model_folder_with_truncated_weights(tmp_path, model_copy):
@@ -129,7 +135,9 @@ def test_generate_checks_its_paths_before_ray(tmp_path, not_utf8, truncated_parq
     assert f"error: {truncated_parquet}: not a readable Parquet file" in _generate(tmp_path, "--prompts", str(truncated_parquet))
     folder = model_copy("truncated")
     os.truncate(folder / "model.safetensors", 1000)
-    assert f"error: --model {folder}: model.safetensors is not a complete safetensors file" in _generate(tmp_path, "--model", str(folder))
+    assert f"error: --model {folder}: model.safetensors is not a complete safetensors file" in _generate(
+        tmp_path, "--model", str(folder)
+    )
     assert f"error: --model path {tmp_path}/nope does not exist" in _generate(tmp_path, "--model", f"{tmp_path}/nope")
     (tmp_path / "empty").mkdir()
     err = _generate(tmp_path, "--tokenizer", str(tmp_path / "empty"))
@@ -150,7 +158,9 @@ def killed_run(tiny, tmp_path):
         for file in tiny.tokenizer_dir.iterdir():
             shutil.copy(file, folder / file.name)
         torch.save({"policy_version": step}, folder / "learner_state.pt")
-        (folder / "orchestrator_state.json").write_text(json.dumps({"step": step, "stream_position": 4 * step, "policy_version": step}))
+        (folder / "orchestrator_state.json").write_text(
+            json.dumps({"step": step, "stream_position": 4 * step, "policy_version": step})
+        )
     (run / "checkpoints" / "step-000002").rename(run / "checkpoints" / "step-000002.partial")
     return run
 
@@ -173,14 +183,18 @@ def test_resume_refuses_truncated_weights_and_names_the_older_checkpoint(killed_
     shutil.copytree(killed_run / "checkpoints" / "step-000001", step3)
     os.truncate(step3 / "model.safetensors", 4096)
     err = _resume(killed_run)
-    assert err.startswith(f"error: --resume {killed_run}: checkpoint step-000003 is damaged: model.safetensors is not a complete safetensors file")
+    assert err.startswith(
+        f"error: --resume {killed_run}: checkpoint step-000003 is damaged: model.safetensors is not a complete safetensors file"
+    )
     assert err.endswith("; delete that folder to resume from step-000001")
 
 
 def test_resume_with_only_a_half_written_checkpoint(killed_run):
     shutil.rmtree(killed_run / "checkpoints" / "step-000001")
     err = _resume(killed_run)
-    assert err.startswith(f"error: --resume {killed_run}: no complete checkpoint in {killed_run}/checkpoints (the run stopped before")
+    assert err.startswith(
+        f"error: --resume {killed_run}: no complete checkpoint in {killed_run}/checkpoints (the run stopped before"
+    )
 
 
 def test_resume_refuses_to_switch_the_learner_to_sharded(killed_run):
@@ -192,8 +206,14 @@ def test_resume_refuses_to_switch_the_learner_to_sharded(killed_run):
 
 
 def test_resume_of_a_folder_that_is_not_a_run(tmp_path):
-    assert _cli("train", "--resume", str(tmp_path / "nope")) == f"error: --resume {tmp_path}/nope does not exist (expected the output_dir of a train run)"
-    assert _cli("train", "--resume", str(tmp_path)) == f"error: --resume {tmp_path}: no config.yaml there (expected the output_dir of a train run)"
+    assert (
+        _cli("train", "--resume", str(tmp_path / "nope"))
+        == f"error: --resume {tmp_path}/nope does not exist (expected the output_dir of a train run)"
+    )
+    assert (
+        _cli("train", "--resume", str(tmp_path))
+        == f"error: --resume {tmp_path}: no config.yaml there (expected the output_dir of a train run)"
+    )
 
 
 def test_config_file_that_is_not_utf8(tmp_path):

@@ -49,7 +49,9 @@ def test_wrong_value_type(tmp_path, capsys):
 
 
 def test_num_generations_below_two(tmp_path, capsys):
-    assert "config key 'num_generations': Input should be greater than or equal to 2" in _train(tmp_path, capsys, "num_generations=1")
+    assert "config key 'num_generations': Input should be greater than or equal to 2" in _train(
+        tmp_path, capsys, "num_generations=1"
+    )
 
 
 def test_missing_model_and_tokenizer_paths(tmp_path, capsys, tiny):
@@ -104,7 +106,10 @@ def test_reward_function_that_cannot_be_imported(tmp_path, capsys):
 def test_as_a_user_runs_it_no_traceback(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator", "train", "--max_stepz", "3", f"output_dir={tmp_path}/run"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and "did you mean 'max_steps'?" in proc.stderr
@@ -146,7 +151,10 @@ CHAT = [{"role": "user", "content": "what is apple ?"}]
     [
         ([{"content": "hi"}], "message 0 has no 'role' (expected {role, content})"),
         ([{"role": "user"}], "message 0 has no 'content' (expected {role, content})"),
-        ([{"role": "robot", "content": "hi"}], "message 0 has unknown role 'robot' (expected one of system, user, assistant, tool)"),
+        (
+            [{"role": "robot", "content": "hi"}],
+            "message 0 has unknown role 'robot' (expected one of system, user, assistant, tool)",
+        ),
         ([], "empty conversation"),
     ],
 )
@@ -161,7 +169,9 @@ def test_conversations_with_a_tokenizer_without_a_template_name_the_tokenizer(tm
     err = _train(tmp_path, capsys, f"prompts={chats}")
     assert f"the prompts are conversations but the tokenizer {tiny.tokenizer_dir} has no chat template" in err
     assert "set chat_template" in err
-    assert "neither a file nor a Jinja template" in _train(tmp_path, capsys, f"prompts={chats}", f"chat_template={tmp_path}/none.jinja")
+    assert "neither a file nor a Jinja template" in _train(
+        tmp_path, capsys, f"prompts={chats}", f"chat_template={tmp_path}/none.jinja"
+    )
 
 
 def test_eval_prompts_are_checked_like_prompts(tmp_path, capsys, prompts_file):

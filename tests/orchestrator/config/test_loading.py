@@ -6,9 +6,7 @@ from orchestrator.config.train import TrainConfig
 
 
 def test_overrides_parse_as_yaml_with_dotted_sections():
-    assert parse_overrides(["a.b=1", "--c", "x y", "--d=[1, 2]", "e=null"]) == {
-        "a": {"b": 1}, "c": "x y", "d": [1, 2], "e": None
-    }
+    assert parse_overrides(["a.b=1", "--c", "x y", "--d=[1, 2]", "e=null"]) == {"a": {"b": 1}, "c": "x y", "d": [1, 2], "e": None}
 
 
 def test_yaml_plus_overrides(tmp_path):

@@ -57,7 +57,9 @@ SCRIPT = textwrap.dedent(
 
 
 def test_engines_and_learner_land_on_their_labelled_nodes(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "run")], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "run")], capture_output=True, text=True, timeout=900, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert result["placement"] == "labels"

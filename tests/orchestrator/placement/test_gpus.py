@@ -24,13 +24,17 @@ def test_an_explicit_count_is_kept():
 
 
 def test_a_cpu_learner_on_a_gpu_cluster_is_refused_naming_the_key():
-    with pytest.raises(UserError, match=r"learner.num_gpus is 0 but the cluster has 4 GPUs.*set learner.num_gpus to 1 or to null"):
+    with pytest.raises(
+        UserError, match=r"learner.num_gpus is 0 but the cluster has 4 GPUs.*set learner.num_gpus to 1 or to null"
+    ):
         learner_gpus(TrainConfig(learner={"num_gpus": 0}), cluster_gpus=4, local=False)
 
 
 def test_one_machine_without_enough_gpus_for_learner_and_engines_fails_before_starting():
     config = TrainConfig(rollout={"engines": 2, "tensor_parallel_size": 2})
-    with pytest.raises(UserError, match=r"has 4 GPUs but the run needs 5: rollout.engines \(2\) x rollout.tensor_parallel_size \(2\)"):
+    with pytest.raises(
+        UserError, match=r"has 4 GPUs but the run needs 5: rollout.engines \(2\) x rollout.tensor_parallel_size \(2\)"
+    ):
         learner_gpus(config, cluster_gpus=4, local=True)
     assert learner_gpus(config, cluster_gpus=5, local=True) == 1
     with pytest.raises(UserError, match="has 1 GPUs but the run needs 2"):  # one GPU: the learner cannot share it
@@ -44,4 +48,3 @@ def test_every_learner_worker_counts_its_own_gpus():
     with pytest.raises(UserError, match=r"has 2 GPUs but the run needs 3: .*learner.num_gpus \(1\) x learner.workers \(2\)"):
         learner_gpus(config, cluster_gpus=2, local=True)
     assert learner_gpus(config, cluster_gpus=3, local=True) == 1  # per worker
-

@@ -66,7 +66,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_learner_ranks_are_placed_together_on_learner_nodes():
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert len(result["placed"]) == 2

@@ -52,7 +52,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_actors_of_several_gpus_are_placed_on_their_node_with_all_their_gpus():
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert len(result["placed"]) == 6

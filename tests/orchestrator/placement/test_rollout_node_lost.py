@@ -19,11 +19,22 @@ from workers.rollout.shared_memory import mapped_by, remove_leftovers
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
 STEPS = 4
-ARGS = ["prompts_per_step=2", "num_generations=4", "max_completion_length=12", f"max_steps={STEPS}",
-        "learning_rate=1e-3", "rollout.engines=2", "plot_steps=100"]
+ARGS = [
+    "prompts_per_step=2",
+    "num_generations=4",
+    "max_completion_length=12",
+    f"max_steps={STEPS}",
+    "learning_rate=1e-3",
+    "rollout.engines=2",
+    "plot_steps=100",
+]
 # Node death noticed within about a second (Ray's default takes tens of seconds).
-FAST_HEALTH_CHECKS = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 200, "health_check_timeout_ms": 500,
-                      "health_check_failure_threshold": 3}
+FAST_HEALTH_CHECKS = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 200,
+    "health_check_timeout_ms": 500,
+    "health_check_failure_threshold": 3,
+}
 
 
 def _descendants(node) -> list[psutil.Process]:
@@ -45,12 +56,12 @@ def cluster():
 
     from orchestrator.placement.labels import LEARNER_RESOURCE, LEARNER_ROLE, ROLE_LABEL, ROLLOUT_RESOURCE, ROLLOUT_ROLE
 
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "include_dashboard": False, "_system_config": FAST_HEALTH_CHECKS})
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False, "_system_config": FAST_HEALTH_CHECKS}
+    )
     try:
         rollout, learner = {ROLE_LABEL: ROLLOUT_ROLE}, {ROLE_LABEL: LEARNER_ROLE}
-        cluster.rollout = [cluster.add_node(num_cpus=1, labels=rollout, resources={ROLLOUT_RESOURCE: 1})
-                           for _ in range(2)]
+        cluster.rollout = [cluster.add_node(num_cpus=1, labels=rollout, resources={ROLLOUT_RESOURCE: 1}) for _ in range(2)]
         cluster.learner = cluster.add_node(num_cpus=2, labels=learner, resources={LEARNER_RESOURCE: 1})
         cluster.unlabelled = cluster.add_node(num_cpus=2)
         yield cluster
@@ -63,8 +74,9 @@ def test_run_finishes_on_the_surviving_rollout_node(cluster, tmp_path):
     env = {**os.environ, "RAY_ADDRESS": cluster.address}
     # to files: a full pipe would stall the run
     with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "train", *ARGS, f"output_dir={run}"],
-                                stdout=stdout, stderr=stderr, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "train", *ARGS, f"output_dir={run}"], stdout=stdout, stderr=stderr, env=env
+        )
     try:
         metrics = run / "metrics.jsonl"
         deadline = time.monotonic() + 600
@@ -113,4 +125,7 @@ def test_run_finishes_on_the_surviving_rollout_node(cluster, tmp_path):
     engines = [a for a in cluster.global_state.actor_table(None).values() if a["ActorClassName"] == "RolloutWorker"]
     ran_on = sorted(a["Address"]["NodeID"] for a in engines if a["Pid"])  # an actor never started has no pid
     assert len(engines) == 3 and ran_on == sorted([lost.node_id, survivor.node_id]), (
-        ran_on, cluster.learner.node_id, cluster.unlabelled.node_id)
+        ran_on,
+        cluster.learner.node_id,
+        cluster.unlabelled.node_id,
+    )

@@ -13,10 +13,7 @@ def _sample(index: int) -> Sample:
 
 
 def _results(requests, engine_of=lambda group_id: group_id % 2):
-    return [
-        GroupResult(r.group_id, engine_of(r.group_id), 0, [_sample(i) for i in range(r.num_generations)])
-        for r in requests
-    ]
+    return [GroupResult(r.group_id, engine_of(r.group_id), 0, [_sample(i) for i in range(r.num_generations)]) for r in requests]
 
 
 def _requests(n=3):

@@ -93,7 +93,11 @@ def test_engine_with_a_different_tokenizer_is_refused_before_any_request(tiny, l
     from orchestrator.rollout.engine_group import EngineGroup, TokenizerMismatchError
 
     engines = EngineGroup(
-        ray_session, str(tiny.model_dir), learner_tokenizer, RolloutConfig(engines=1), engine_tokenizer=bundle_tokenizer(base_tokenizer)
+        ray_session,
+        str(tiny.model_dir),
+        learner_tokenizer,
+        RolloutConfig(engines=1),
+        engine_tokenizer=bundle_tokenizer(base_tokenizer),
     )
     with pytest.raises(TokenizerMismatchError) as refused:
         engines.start()

@@ -29,10 +29,14 @@ def test_killed_engine_process_is_replaced_and_its_groups_are_not_lost(pool, lea
     synced = []
     pool.engines.on_engine_ready = lambda engine_id, actor: synced.append(engine_id)  # the train loop syncs weights here
     victim = min(pool.engines.actors)
-    _vllm_engine_process(ray.get(pool.engines.actors[victim].__ray_call__.remote(lambda worker: os.getpid()))).kill()  # SIGKILL from outside, by pid
+    _vllm_engine_process(
+        ray.get(pool.engines.actors[victim].__ray_call__.remote(lambda worker: os.getpid()))
+    ).kill()  # SIGKILL from outside, by pid
 
     prompts = search_task.prompts(12, seed=11)
-    requests = make_groups(prompts, [learner_tokenizer(p)["input_ids"] for p in prompts], 3, SamplingConfig(max_tokens=12, seed=0))
+    requests = make_groups(
+        prompts, [learner_tokenizer(p)["input_ids"] for p in prompts], 3, SamplingConfig(max_tokens=12, seed=0)
+    )
     rows = rollout_table(requests, pool.generate(requests)).to_pylist()
     assert [(r["group_id"], r["sample_index"]) for r in rows] == [(g, s) for g in range(12) for s in range(3)]
     assert victim not in {r["engine_id"] for r in rows}

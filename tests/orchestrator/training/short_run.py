@@ -3,8 +3,15 @@
 import json
 
 STEPS = 6
-ARGS = ["prompts_per_step=2", "num_generations=4", "max_completion_length=12", f"max_steps={STEPS}",
-        "learning_rate=3e-3", "seed=5", "plot_steps=100"]
+ARGS = [
+    "prompts_per_step=2",
+    "num_generations=4",
+    "max_completion_length=12",
+    f"max_steps={STEPS}",
+    "learning_rate=3e-3",
+    "seed=5",
+    "plot_steps=100",
+]
 
 
 def metrics(run) -> list[dict]:

@@ -23,10 +23,20 @@ def _engine_processes_of(pid: int) -> list[psutil.Process]:
 
 def test_run_goes_on_when_an_engine_process_is_killed(tmp_path):
     run = tmp_path / "run"
-    args = [f"prompts_per_step={PROMPTS}", f"num_generations={GENERATIONS}", f"max_steps={STEPS}", "learning_rate=1e-3",
-            "max_completion_length=128", "ignore_eos=true", "rollout.engines=2", f"output_dir={run}", "plot_steps=100"]
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "train", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = [
+        f"prompts_per_step={PROMPTS}",
+        f"num_generations={GENERATIONS}",
+        f"max_steps={STEPS}",
+        "learning_rate=1e-3",
+        "max_completion_length=128",
+        "ignore_eos=true",
+        "rollout.engines=2",
+        f"output_dir={run}",
+        "plot_steps=100",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 600
     while not (metrics.is_file() and metrics.read_text().count("\n") >= KILL_AFTER):

@@ -16,8 +16,18 @@ STEPS = 5
 
 
 def _train(out: Path, *overrides: str) -> list[dict]:
-    command = [sys.executable, "-m", "orchestrator", "train", "--config", str(SHIPPED), f"output_dir={out}", f"max_steps={STEPS}", "report_to=[]"]
-    proc = subprocess.run([*command, *overrides], capture_output=True, text=True, timeout=900)
+    command = [
+        sys.executable,
+        "-m",
+        "orchestrator",
+        "train",
+        "--config",
+        str(SHIPPED),
+        f"output_dir={out}",
+        f"max_steps={STEPS}",
+        "report_to=[]",
+    ]
+    proc = subprocess.run([*command, *overrides], capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -29,5 +39,7 @@ def test_training_samples_are_the_same_with_and_without_evaluation(tmp_path):
     assert [m["reward_mean"] for m in with_eval] == [m["reward_mean"] for m in without]
     for step in range(1, STEPS + 1):
         name = f"rollouts/step-{step:06d}.parquet"
-        assert pq.read_table(tmp_path / "eval" / name).column("completion_ids") == pq.read_table(tmp_path / "plain" / name).column("completion_ids")
+        assert pq.read_table(tmp_path / "eval" / name).column("completion_ids") == pq.read_table(
+            tmp_path / "plain" / name
+        ).column("completion_ids")
     assert all(m["eval/samples"] == 20 for m in with_eval if "eval/samples" in m)  # greedy: one per held-out prompt

@@ -24,7 +24,15 @@ class Answering:
     def generate(self, requests, on_result=None):
         self.sent.append(requests)
         results = [
-            GroupResult(r.group_id, 0, 3, [Sample(i, self.replies[i], [5] * (i + 1), [-0.1] * (i + 1), "stop", None, None) for i in range(r.num_generations)])
+            GroupResult(
+                r.group_id,
+                0,
+                3,
+                [
+                    Sample(i, self.replies[i], [5] * (i + 1), [-0.1] * (i + 1), "stop", None, None)
+                    for i in range(r.num_generations)
+                ],
+            )
             for r in requests
         ]
         for result in results:
@@ -35,8 +43,12 @@ class Answering:
 def evaluation(**overrides):
     records = arithmetic_task.eval_records()[:3]
     conversations = [r["prompt"] for r in records]
-    eval_set = EvalSet("builtin:arithmetic_eval", [str(c) for c in conversations], [{"answer": r["answer"]} for r in records], conversations)
-    config = TrainConfig(reward_funcs=["builtin:math_answer"], eval_num_generations=2, eval_steps=5, max_steps=12, seed=3, **overrides)
+    eval_set = EvalSet(
+        "builtin:arithmetic_eval", [str(c) for c in conversations], [{"answer": r["answer"]} for r in records], conversations
+    )
+    config = TrainConfig(
+        reward_funcs=["builtin:math_answer"], eval_num_generations=2, eval_steps=5, max_steps=12, seed=3, **overrides
+    )
     return Evaluation(config, eval_set, FakeTokenizer()), records
 
 

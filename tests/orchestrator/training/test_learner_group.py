@@ -62,7 +62,7 @@ def test_two_ranks_train_checkpoint_and_restart_as_one_learner(ray_session, tiny
 def test_a_dead_rank_is_the_learner_dying(ray_session, tiny):
     import ray
 
-    (batch, group_ids), = grpo_steps(tiny, 1, GROUPS, GROUP_SIZE, TEMPERATURE)
+    ((batch, group_ids),) = grpo_steps(tiny, 1, GROUPS, GROUP_SIZE, TEMPERATURE)
     two = _start(ray_session, tiny, 2)
     try:
         ray.kill(two.ranks[1])
@@ -83,13 +83,15 @@ def test_a_stopped_rank_is_the_learner_dying_once_the_collective_times_out(ray_s
     import psutil
     import ray
 
-    (batch, group_ids), = grpo_steps(tiny, 1, GROUPS, GROUP_SIZE, TEMPERATURE)
+    ((batch, group_ids),) = grpo_steps(tiny, 1, GROUPS, GROUP_SIZE, TEMPERATURE)
     two = _start(ray_session, tiny, 2, timeout_s=30)
     stopped = ray.get(two.ranks[1].__ray_call__.remote(lambda self: os.getpid()))
     try:
         os.kill(stopped, signal.SIGSTOP)
         start = time.monotonic()
-        with pytest.raises(LearnerDiedError, match=r"the learner stopped answering while training \(rank 1 of 2 gave no answer; rank 0 timed out"):
+        with pytest.raises(
+            LearnerDiedError, match=r"the learner stopped answering while training \(rank 1 of 2 gave no answer; rank 0 timed out"
+        ):
             two.train_step(batch, group_ids)
         assert time.monotonic() - start < 30 + 15  # the timeout and the peers' grace, not a hang
         two.shutdown()  # what a restart does first: the stopped process goes too

@@ -30,8 +30,12 @@ def _learner(driver: subprocess.Popen) -> psutil.Process:
 
 def _kill_learner_after(run, step: int, *extra: str) -> subprocess.Popen:
     """Start `train`, and SIGKILL its learner once `step` is recorded (after the step-2 checkpoint)."""
-    driver = subprocess.Popen([sys.executable, "-m", "orchestrator", "train", *ARGS, "save_steps=2", f"output_dir={run}", *extra],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "train", *ARGS, "save_steps=2", f"output_dir={run}", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 400
     while not ((run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").read_text().count("\n") >= step):
         assert driver.poll() is None and time.monotonic() < deadline, "run ended or stalled before the kill"

@@ -10,13 +10,15 @@ import time
 import psutil
 import pytest
 
-pytestmark = pytest.mark.engines
-
 from tests.orchestrator.training.short_run import ARGS, STEPS
+
+pytestmark = pytest.mark.engines
 
 
 def _train(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "orchestrator", "train", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", "train", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def _rewards(run_dir):
@@ -37,8 +39,12 @@ def _engine_processes(driver: subprocess.Popen) -> list[psutil.Process]:
 
 def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(tmp_path, uninterrupted_rewards):
     run = tmp_path / "interrupted"
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "train", *ARGS, f"output_dir={run}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "train", *ARGS, f"output_dir={run}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 400
     while not ((run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").read_text().count("\n") >= 2):
         assert proc.poll() is None and time.monotonic() < deadline, "run ended or stalled before step 2"

@@ -6,10 +6,15 @@ from orchestrator.training.rewards import RewardError, resolve, score
 
 def test_file_module_and_builtin_specs(tmp_path):
     reward_file = tmp_path / "my_reward.py"
-    reward_file.write_text("def length(prompts, completions, completion_ids, **kw):\n    return [len(c) for c in completion_ids]\n")
+    reward_file.write_text(
+        "def length(prompts, completions, completion_ids, **kw):\n    return [len(c) for c in completion_ids]\n"
+    )
     scores = score(
-        [f"{reward_file}:length", "builtin:search_call"], [0.5, 1.0], ["Q: what is apple ? A:"] * 2,
-        [" <search> apple </search>", "x"], [[1, 2, 3], [4]],
+        [f"{reward_file}:length", "builtin:search_call"],
+        [0.5, 1.0],
+        ["Q: what is apple ? A:"] * 2,
+        [" <search> apple </search>", "x"],
+        [[1, 2, 3], [4]],
     )
     assert scores[f"rewards/{reward_file}:length"] == [3.0, 1.0]
     assert scores["rewards/builtin:search_call"] == [1.0, 0.0]
@@ -50,7 +55,9 @@ def test_a_raising_reward_names_the_function_and_the_sample(tmp_path):
         "    return [1.0 / (len(c) - 3) for c in completions]\n"  # ZeroDivisionError on 3-character completions
     )
     args = ([f"{reward_file}:picky"], None, ["p"] * 3, ["long one", "abc", "x"], [[1], [2], [3]])
-    with pytest.raises(RewardError, match=r"raised ZeroDivisionError: .* on sample 1 \(group_id 7, sample_index 1, completion 'abc'\)"):
+    with pytest.raises(
+        RewardError, match=r"raised ZeroDivisionError: .* on sample 1 \(group_id 7, sample_index 1, completion 'abc'\)"
+    ):
         score(*args, group_id=[7, 7, 7], sample_index=[0, 1, 2])
     scored = score(*args, error_score=-1.0, group_id=[7, 7, 7], sample_index=[0, 1, 2])
     assert scored["reward"] == [0.2, -1.0, -0.5]

@@ -38,9 +38,22 @@ def _scale(run, engines: int) -> None:
 def test_grow_to_two_engines_and_shrink_back_during_a_run(tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "train", "rollout.engines=1", "max_steps=2000", "prompts_per_step=4",
-         "num_generations=4", "max_completion_length=16", "plot_steps=100000", f"output_dir={run}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "train",
+            "rollout.engines=1",
+            "max_steps=2000",
+            "prompts_per_step=4",
+            "num_generations=4",
+            "max_completion_length=16",
+            "plot_steps=100000",
+            f"output_dir={run}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         _wait(lambda: len(_steps(run)) >= 2, "step 2", proc)

@@ -18,9 +18,13 @@ def _group(group_id: int, prompt_index: int, prompt: str, completions: list[str]
 
 def test_dataset_columns_reach_the_reward_function(tmp_path, ray_session):
     prompts = tmp_path / "math.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"Q: {a}+{a} ? A:", "answer": str(2 * a), "group_id": "x"}) + "\n" for a in (1, 2)))
+    prompts.write_text(
+        "".join(json.dumps({"prompt": f"Q: {a}+{a} ? A:", "answer": str(2 * a), "group_id": "x"}) + "\n" for a in (1, 2))
+    )
     reward = tmp_path / "exact.py"
-    reward.write_text("def exact(prompts, completions, answer, **kw):\n    return [float(c.strip() == a) for c, a in zip(completions, answer)]\n")
+    reward.write_text(
+        "def exact(prompts, completions, answer, **kw):\n    return [float(c.strip() == a) for c, a in zip(completions, answer)]\n"
+    )
     config = TrainConfig(prompts=str(prompts), reward_funcs=[f"{reward}:exact"], max_completion_length=8, num_generations=2)
     checked = preflight(config)
     assert checked.columns == [{"answer": "2", "group_id": "x"}, {"answer": "4", "group_id": "x"}]
@@ -37,7 +41,11 @@ def test_dataset_columns_reach_the_reward_function(tmp_path, ray_session):
 def test_groups_scored_separately_merge_in_request_order():
     first = {"reward": [1.0, 0.0], "rewards/a": [1.0, 0.0], "reward_errors": 1}
     second = {"reward": [0.5, 0.5], "rewards/a": [0.5, 0.5], "reward_errors": 0}
-    assert merge_scores([first, second]) == {"reward": [1.0, 0.0, 0.5, 0.5], "rewards/a": [1.0, 0.0, 0.5, 0.5], "reward_errors": 1}
+    assert merge_scores([first, second]) == {
+        "reward": [1.0, 0.0, 0.5, 0.5],
+        "rewards/a": [1.0, 0.0, 0.5, 0.5],
+        "reward_errors": 1,
+    }
 
 
 def test_conversational_prompts_reach_reward_functions_in_trls_shapes(tmp_path, ray_session):

@@ -29,17 +29,28 @@ ERROR = " error: {error} "
 def run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tools")
     prompts = folder / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": lookup_task.prompt_for(t), "answer": lookup_task.CODES[t]}) + "\n" for t in TOPICS))
+    prompts.write_text(
+        "".join(json.dumps({"prompt": lookup_task.prompt_for(t), "answer": lookup_task.CODES[t]}) + "\n" for t in TOPICS)
+    )
     config = yaml.safe_load(SHIPPED.read_text())
     config.update(
-        prompts=str(prompts), prompts_per_step=len(TOPICS), num_generations=GENERATIONS, max_steps=STEPS,
-        max_observation_tokens=48, max_completion_length=96, output_dir=str(folder / "run"), tool_error_observation=ERROR,
+        prompts=str(prompts),
+        prompts_per_step=len(TOPICS),
+        num_generations=GENERATIONS,
+        max_steps=STEPS,
+        max_observation_tokens=48,
+        max_completion_length=96,
+        output_dir=str(folder / "run"),
+        tool_error_observation=ERROR,
     )
     config["tools"][0].update(fn=f"{TOOLS}:flaky_lookup", timeout_s=1.0)
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator", "train", "--config", str(folder / "config.yaml")],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return folder / "run", config

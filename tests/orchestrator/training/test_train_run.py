@@ -47,11 +47,19 @@ def reward_file(tmp_path_factory, learner_tokenizer):
 def run(tiny, reward_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "run"
     overrides = [
-        f"model={tiny.model_dir}", f"tokenizer={tiny.tokenizer_dir}", f"reward_funcs=[{reward_file}:exact_call]",
-        f"prompts_per_step={PROMPTS}", f"num_generations={GENERATIONS}", f"max_steps={STEPS}", f"output_dir={out}",
-        "save_steps=10", *(f"{k}={v}" for k, v in SETTINGS.items()),
+        f"model={tiny.model_dir}",
+        f"tokenizer={tiny.tokenizer_dir}",
+        f"reward_funcs=[{reward_file}:exact_call]",
+        f"prompts_per_step={PROMPTS}",
+        f"num_generations={GENERATIONS}",
+        f"max_steps={STEPS}",
+        f"output_dir={out}",
+        "save_steps=10",
+        *(f"{k}={v}" for k, v in SETTINGS.items()),
     ]
-    proc = subprocess.run([sys.executable, "-m", "orchestrator", "train", *overrides], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "train", *overrides], capture_output=True, text=True, timeout=900, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out, proc
 
@@ -62,9 +70,21 @@ def test_run_completes_with_synced_weights_every_step(run):
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
     assert [m["policy_version"] for m in metrics] == list(range(STEPS))
     assert max(m["rollout/logprob_abs_diff"] for m in metrics) < 0.01
-    for key in ("reward_mean", "reward_std", "samples", "completion_tokens", "ended/eos", "ended/stop",
-                "ended/truncated", "completion_length/mean", "time/generate", "time/reward", "time/train",
-                "time/sync", "time/step"):
+    for key in (
+        "reward_mean",
+        "reward_std",
+        "samples",
+        "completion_tokens",
+        "ended/eos",
+        "ended/stop",
+        "ended/truncated",
+        "completion_length/mean",
+        "time/generate",
+        "time/reward",
+        "time/train",
+        "time/sync",
+        "time/step",
+    ):
         assert key in metrics[0], key
     assert f"step   {STEPS}/{STEPS} | reward" in proc.stdout
     assert "tokenizer has no pad token; using EOS" in proc.stdout + proc.stderr
@@ -112,12 +132,22 @@ def _trl_final_model(tiny, reward_file, folder):
     from orchestrator.builtin import search_task
 
     args = GRPOConfig(
-        output_dir=str(folder), per_device_train_batch_size=PROMPTS * GENERATIONS, num_generations=GENERATIONS,
-        max_steps=STEPS, use_cpu=True, bf16=False, report_to=[], logging_steps=1, save_strategy="no",
-        lr_scheduler_type="constant", **SETTINGS,
+        output_dir=str(folder),
+        per_device_train_batch_size=PROMPTS * GENERATIONS,
+        num_generations=GENERATIONS,
+        max_steps=STEPS,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        lr_scheduler_type="constant",
+        **SETTINGS,
     )
     trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny.model_dir), reward_funcs=_load_reward(reward_file), args=args,
+        model=AutoModelForCausalLM.from_pretrained(tiny.model_dir),
+        reward_funcs=_load_reward(reward_file),
+        args=args,
         train_dataset=Dataset.from_dict({"prompt": search_task.all_prompts()}),
         processing_class=AutoTokenizer.from_pretrained(tiny.tokenizer_dir),
     )
@@ -140,9 +170,14 @@ def _expected_reward(model, tokenizer, reward, samples_per_prompt=4):
     for prompt in prompts:
         ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
         out = model.generate(
-            ids, do_sample=True, temperature=SETTINGS["temperature"], max_new_tokens=SETTINGS["max_completion_length"],
-            num_return_sequences=samples_per_prompt, pad_token_id=eos, top_k=0,
-        )[:, ids.shape[1]:].tolist()
+            ids,
+            do_sample=True,
+            temperature=SETTINGS["temperature"],
+            max_new_tokens=SETTINGS["max_completion_length"],
+            num_return_sequences=samples_per_prompt,
+            pad_token_id=eos,
+            top_k=0,
+        )[:, ids.shape[1] :].tolist()
         completions_ids = [c[: c.index(eos) + 1] if eos in c else c for c in out]
         texts = [tokenizer.decode([t for t in c if t != eos], skip_special_tokens=False) for c in completions_ids]
         scores += reward([prompt] * len(texts), texts, completions_ids)

@@ -35,7 +35,8 @@ def test_engines_and_learner_meet_where_the_learner_listens(ray_session):
     assert ("nccl_open", ("10.1.2.3", 29517, 5)) in learner.calls
     joins = [args[0] for engine in engines.values() for name, args in engine.calls if name == "init_nccl"]
     assert [(j["master_address"], j["master_port"], j["rank_offset"], j["world_size"]) for j in joins] == [
-        ("10.1.2.3", 29517, 1, 5), ("10.1.2.3", 29517, 3, 5)
+        ("10.1.2.3", 29517, 1, 5),
+        ("10.1.2.3", 29517, 3, 5),
     ]
 
 

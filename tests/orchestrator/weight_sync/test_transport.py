@@ -62,7 +62,10 @@ def test_a_corrupted_transfer_stops_with_the_provenance_error(pool, learner):
 
     transport = ObjectStoreTransport(timeout_s=120, bucket_bytes=64 << 10)
     engines = pool.engines.actors
-    with pytest.raises(WeightSyncError, match=r"weight provenance check failed: the learner sent version 2 checksum \w+, but engine \d+ reports version 2 checksum \w+"):
+    with pytest.raises(
+        WeightSyncError,
+        match=r"weight provenance check failed: the learner sent version 2 checksum \w+, but engine \d+ reports version 2 checksum \w+",
+    ):
         transport.sync(_CorruptingLink(learner), engines, version=2)
     transport.sync(learner, engines, version=3)  # a clean sync heals it
 

@@ -27,7 +27,9 @@ SEARCH = ToolConfig(name="search", fn="builtin:lookup", begin="<search>", end="<
 
 
 def use(max_turns=3, max_observation_tokens=32) -> ToolUse:
-    return ToolUse(tools=[SEARCH], max_turns=max_turns, max_observation_tokens=max_observation_tokens, error_observation="!{error}!")
+    return ToolUse(
+        tools=[SEARCH], max_turns=max_turns, max_observation_tokens=max_observation_tokens, error_observation="!{error}!"
+    )
 
 
 class ScriptedModel:
@@ -58,7 +60,9 @@ def tool_answering(result: str, status: str = "ok"):
 
 
 def run(model, tool, tool_use=None, budget=64, prompt=(7, 8, 9)):
-    return asyncio.run(run_sample(0, list(prompt), budget, tool_use or use(), VOCABULARY, model, tool, {"prompt": "p", "group_id": 3}))
+    return asyncio.run(
+        run_sample(0, list(prompt), budget, tool_use or use(), VOCABULARY, model, tool, {"prompt": "p", "group_id": 3})
+    )
 
 
 def test_a_call_is_answered_and_only_the_observation_is_masked():
@@ -101,7 +105,11 @@ def test_a_call_in_the_last_turn_is_not_run():
 
 def test_a_failed_call_shows_the_error_observation_and_is_recorded():
     model = ScriptedModel((" <search> a </search>", 1001), (" answer?<eos>", None))
-    sample = run(model, tool_answering("tool 'search' did not answer within 1.0s", status="timeout"), tool_use=use(max_observation_tokens=64))
+    sample = run(
+        model,
+        tool_answering("tool 'search' did not answer within 1.0s", status="timeout"),
+        tool_use=use(max_observation_tokens=64),
+    )
     assert "<result>!tool 'search' did not answer within 1.0s!</result>" in sample.completion
     assert sample.tool_calls[0].status == "timeout"
     assert sample.tool_calls[0].result == "!tool 'search' did not answer within 1.0s!"

@@ -40,9 +40,7 @@ def test_stop_string_and_stop_token_are_recorded():
 
 
 def test_params_forward_everything_and_seed_follows_the_group():
-    sampling = SamplingConfig(
-        max_tokens=7, temperature=0.5, top_p=0.9, top_k=5, seed=100, stop=["<search>"], stop_token_ids=[42]
-    )
+    sampling = SamplingConfig(max_tokens=7, temperature=0.5, top_p=0.9, top_k=5, seed=100, stop=["<search>"], stop_token_ids=[42])
     params = vllm_params(sampling, n=3, group_id=4)
     assert (params.n, params.max_tokens, params.temperature, params.top_p, params.top_k) == (3, 7, 0.5, 0.9, 5)
     assert params.stop == ["<search>"] and 42 in params.stop_token_ids

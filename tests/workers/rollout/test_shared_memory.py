@@ -47,24 +47,30 @@ def _set_maps(proc: Path, pid: int, paths: list[str]) -> None:
 
 
 def test_maps_name_the_shm_entries_they_map_and_skip_deleted_ones():
-    maps = "\n".join([
-        _maps_line("/dev/shm/psm_394d2870"),
-        _maps_line("/dev/shm/sem.mp-8t1jyl47"),
-        _maps_line("/dev/shm/plasmaYjFONt (deleted)"),  # Ray's object store: unlinked at once
-        _maps_line("/dev/shm/name with spaces"),
-        _maps_line("/dev/shmother/psm_1"),
-        _maps_line("/dev/shm/sub/psm_2"),
-        _maps_line("/memfd:staging (deleted)"),
-        "7ffd1000-7ffd2000 rw-p 00000000 00:00 0",
-    ])
+    maps = "\n".join(
+        [
+            _maps_line("/dev/shm/psm_394d2870"),
+            _maps_line("/dev/shm/sem.mp-8t1jyl47"),
+            _maps_line("/dev/shm/plasmaYjFONt (deleted)"),  # Ray's object store: unlinked at once
+            _maps_line("/dev/shm/name with spaces"),
+            _maps_line("/dev/shmother/psm_1"),
+            _maps_line("/dev/shm/sub/psm_2"),
+            _maps_line("/memfd:staging (deleted)"),
+            "7ffd1000-7ffd2000 rw-p 00000000 00:00 0",
+        ]
+    )
     assert mapped_names(maps, Path("/dev/shm")) == {"psm_394d2870", "sem.mp-8t1jyl47", "name with spaces"}
 
 
 def test_leftovers_are_removed_once_unmapped_and_others_are_kept(tmp_path):
-    shm, proc = _node(tmp_path, ["psm_dead", "psm_shared", "psm_other_engine", "sem.mp-node"], {
-        7: [f"{tmp_path}/shm/psm_shared"],  # a live process still maps it
-        8: [f"{tmp_path}/shm/psm_other_engine"],
-    })
+    shm, proc = _node(
+        tmp_path,
+        ["psm_dead", "psm_shared", "psm_other_engine", "sem.mp-node"],
+        {
+            7: [f"{tmp_path}/shm/psm_shared"],  # a live process still maps it
+            8: [f"{tmp_path}/shm/psm_other_engine"],
+        },
+    )
     removed = remove_leftovers(["psm_dead", "psm_shared", "psm_gone"], timeout_s=0, proc=proc, shm_dir=shm)
     assert removed == ["psm_dead"]
     assert entries(shm) == {"psm_shared", "psm_other_engine", "sem.mp-node"}
@@ -102,9 +108,13 @@ def test_an_engine_owns_what_its_processes_map_that_was_not_there_before():
 
 
 def test_a_sweep_removes_only_what_engines_with_no_process_left_had_claimed(tmp_path):
-    shm, proc = _node(tmp_path, ["psm_killed", "sem.mp-killed", "psm_alive", "psm_unclaimed"], {
-        20: [f"{tmp_path}/shm/psm_alive"],  # an engine still running (its actor, pid 20)
-    })
+    shm, proc = _node(
+        tmp_path,
+        ["psm_killed", "sem.mp-killed", "psm_alive", "psm_unclaimed"],
+        {
+            20: [f"{tmp_path}/shm/psm_alive"],  # an engine still running (its actor, pid 20)
+        },
+    )
     claims = tmp_path / "claims"
     killed = write_claim([10, 11], ["psm_killed", "sem.mp-killed"], claims)  # its driver was killed: no pid is left
     alive = write_claim([20, 21], ["psm_alive"], claims)
