@@ -2,7 +2,7 @@
 
     cluster = connect(num_cpus)           # Ray (local or RAY_ADDRESS), node placement, cpu or cuda
     pool = start_pool(cluster, ...)       # an EngineGroup of vLLM engines behind a RolloutPool
-    parts = start_training(config, ...)   # the learner group, the pool on its weights, the transport
+    parts = start_training(config, ...)   # the learner group, the pool on its weights, the policy weights
 
 `generate`, `train`, `bench` and `simulate` all come through here, so Ray is initialised in one
 place, with one rule for how many CPUs a local cluster advertises.
@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 
 from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.learner.group import LearnerGroup
+from orchestrator.learner.weights import PolicyWeights
 from orchestrator.rollout.engine_group import EngineGroup
 from orchestrator.rollout.launcher import EngineLauncher
 from orchestrator.rollout.pool import RolloutPool
@@ -62,11 +64,11 @@ def start_pool(
 
 @dataclasses.dataclass
 class Components:
-    """What a training run drives; built by `start_training`, replaced by stand-ins in tests."""
+    """What a training run drives; built by `start_training`."""
 
-    learner: object  # orchestrator.training.learner_group.LearnerGroup
+    learner: LearnerGroup
     pool: RolloutPool
-    transport: object  # orchestrator.weight_sync.transport.WeightTransport
+    weights: PolicyWeights  # the policy version the engines serve, and how it reaches them
     tokenizer: object  # the canonical tokenizer, loaded on the driver
 
     def shutdown(self) -> None:
@@ -88,39 +90,26 @@ def start_training(
     from transformers import AutoTokenizer
 
     from orchestrator.placement.gpus import with_learner_gpus
-    from orchestrator.training.learner_group import LearnerGroup
+    from workers.weights.factory import make_transport
 
     rollout = config.rollout
     cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus * config.learner.workers + 1)  # +1: reward tasks
     config = with_learner_gpus(config, local=cluster.placement.mode == "local")  # learner.num_gpus null -> 0 or 1
     learner = LearnerGroup.start(cluster, config, model, tokenizer, resume_from, rollout.startup_timeout_s)
-    bundle = learner.canonical_tokenizer()
+    bundle = learner.engine_bundle()  # the canonical tokenizer and config.json
     with tempfile.TemporaryDirectory(prefix="canonical-tokenizer-") as folder:
         canonical = AutoTokenizer.from_pretrained(bundle.write_to(Path(folder)))
-    transport = make_transport(cluster.device, config)
+    transport = make_transport(
+        cluster.device, config.weight_sync.timeout_s, config.weight_sync.bucket_mb << 20, rollout.tensor_parallel_size
+    )
+    # On CPU each engine loads the weights as it is admitted; on GPU one NCCL group spans every engine,
+    # so they are all admitted first and synced together.
+    weights = PolicyWeights(learner, transport, policy_version, first_sync_together=cluster.device != "cpu")
     longest_prompt = max_prompt_tokens or config.max_prompt_length or 0
     sized_for = (json.loads(bundle.files["config.json"]), config.samples_per_step, longest_prompt + config.max_completion_length)
-    if cluster.device == "cpu":  # each engine loads the weights as it is admitted
-
-        def load(engine_id, actor):
-            learner.load_current(transport, engine_id, actor, policy_version)
-
-        pool = start_pool(cluster, None, canonical, rollout, config.seed, bundle, sized_for=sized_for, on_engine_ready=load)
-    else:  # one NCCL group for every engine: admit them all, then sync them together before any request
-        pool = start_pool(cluster, None, canonical, rollout, config.seed, bundle, sized_for=sized_for)
-        report = learner.sync(transport, dict(pool.engines.actors), policy_version)
-        for engine_id, error in report.dead.items():  # its replacement loads the weights as it is admitted
-            pool.engines.engine_died(engine_id, error)
-    return Components(learner=learner, pool=pool, transport=transport, tokenizer=canonical)
-
-
-def make_transport(device: str, config):
-    """The object store on CPU; vLLM's NCCL weight transfer on GPU (see orchestrator/weight_sync/)."""
-    timeout_s, bucket_bytes = config.weight_sync.timeout_s, config.weight_sync.bucket_mb << 20
-    if device == "cpu":
-        from orchestrator.weight_sync.object_store import ObjectStoreTransport
-
-        return ObjectStoreTransport(timeout_s, bucket_bytes)
-    from orchestrator.weight_sync.nccl import NcclTransport
-
-    return NcclTransport(timeout_s, bucket_bytes, config.rollout.tensor_parallel_size)
+    pool = start_pool(
+        cluster, None, canonical, rollout, config.seed, bundle, sized_for=sized_for, on_engine_ready=weights.load_into
+    )
+    if cluster.device != "cpu":
+        pool.sync_weights(weights)  # engines it finds dead are replaced, and load the weights as they are admitted
+    return Components(learner=learner, pool=pool, weights=weights, tokenizer=canonical)

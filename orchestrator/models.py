@@ -7,6 +7,7 @@ import json
 import zipfile
 from pathlib import Path
 
+from orchestrator.contracts import builtins
 from orchestrator.contracts.errors import UserError
 
 
@@ -26,7 +27,7 @@ def resolve_model(model: str | None, tokenizer: str | None, keys: tuple[str, str
         task = "search" if model is None else model.removeprefix("builtin:")
         if task not in TASKS:
             raise UserError(
-                f"model: unknown built-in {model!r} (built-ins: {', '.join('builtin:' + t for t in [*TASKS, 'chat'])})"
+                f"model: unknown built-in {model!r} (built-ins: {', '.join('builtin:' + t for t in builtins.MODELS)})"
             )
         built = tiny_model(TinyModelSpec(task=task))
         return str(built.model_dir), tokenizer or str(built.tokenizer_dir)

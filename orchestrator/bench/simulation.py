@@ -144,7 +144,7 @@ def run(
     try:
         result["start_s"] = time.perf_counter() - started
         print(
-            f"{len(pool.engines.actors)} simulated engines started in {result['start_s']:.1f}s (tokenizer fingerprints checked)",
+            f"{pool.size} simulated engines started in {result['start_s']:.1f}s (tokenizer fingerprints checked)",
             flush=True,
         )
         results, scoring, generate = _generate(pool, requests, columns, ideal)
@@ -170,13 +170,13 @@ def run(
 
 def _generate(pool, requests: list[GroupRequest], columns: list[dict], ideal: dict):
     """`pool.generate` as the train loop calls it: groups are handed to reward tasks as they come
-    back (`StepScorer`, as in `GRPORun._generate`: the same reward arguments, dataset columns and
+    back (`RewardScorer`, as in `GRPORun._generate`: the same reward arguments, dataset columns and
     error score), so that is part of the driver's per-group work; it is timed on its own as well."""
     from orchestrator.config.train import TrainConfig
-    from orchestrator.training.scoring import StepScorer
+    from orchestrator.rewards.scoring import RewardScorer
 
     batch_samples = TrainConfig.model_fields["reward_batch_samples"].default  # as a train run scores by default
-    scoring = StepScorer(["builtin:search_call"], None, error_score=0.0, columns=columns, batch_samples=batch_samples).begin(
+    scoring = RewardScorer(["builtin:search_call"], None, error_score=0.0, columns=columns, batch_samples=batch_samples).begin(
         requests
     )
     done, tokens, reward_cpu = 0, 0, 0.0

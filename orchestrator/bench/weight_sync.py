@@ -1,7 +1,7 @@
 """Weight sync against a plain memory copy of the same bytes (`python -m orchestrator bench --only sync`).
 
 The learner and the pool start as in `train` (each engine takes the learner's weights as it is
-admitted); then `transport.sync` pushes the weights to every engine a few times, exactly as the
+admitted); then `pool.sync_weights` pushes the weights to every engine a few times, exactly as the
 step loop does after each training step, and each sync is timed from the learner's packing to the
 last engine's verified checksum.
 """
@@ -27,9 +27,10 @@ def measure(model: Path, engines: int, syncs: int, prompts_per_step: int, n: int
     )
     parts = start_training(config, str(model), str(model))
     try:
-        reports = [
-            parts.transport.sync(parts.learner.lead, dict(parts.pool.engines.actors), version) for version in range(1, syncs + 1)
-        ]
+        reports = []
+        for _ in range(syncs):
+            parts.weights.version += 1
+            reports.append(parts.pool.sync_weights(parts.weights))
     finally:
         parts.shutdown()
     seconds = [report.seconds for report in reports]

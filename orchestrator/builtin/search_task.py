@@ -100,6 +100,11 @@ def completion(kind: str, topic: str, rng: random.Random) -> str:
     raise ValueError(f"unknown completion kind {kind!r}")
 
 
+def records() -> list[dict]:
+    """The built-in training set as prompt records (`prompts: builtin:search`)."""
+    return [{"prompt": prompt} for prompt in all_prompts()]
+
+
 def all_prompts() -> list[str]:
     """Every topic with every template: the built-in training set."""
     return [prompt_for(topic, t) for t in range(len(PROMPT_TEMPLATES)) for topic in TOPICS]

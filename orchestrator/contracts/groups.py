@@ -16,7 +16,7 @@ from orchestrator.contracts.tools import ToolUse
 @dataclasses.dataclass(frozen=True)
 class GroupRequest:
     group_id: int
-    prompt_index: int  # position in the input file (equal to group_id unless the stream is offset)
+    prompt_index: int  # the prompt's position in the prompt file (group_id is its position in the shuffled stream)
     prompt: str
     prompt_ids: list[int]
     num_generations: int

@@ -6,6 +6,9 @@ get them back in any order and assemble by group id. A group whose engine died g
 queue for the live engines, and the group replaces the engine (engine_group.py): the pool runs
 degraded on the engines it has and fails only when none are left.
 
+The pool is the front door to its engines: resizing (`resize`), replacing (`drop`) and weight syncs
+(`sync_weights`) go through it, and nothing outside orchestrator/rollout/ touches its `EngineGroup`.
+
 Engines come from a launcher (launcher.py): one vLLM actor each by default, or simulated engines,
 which is how `python -m orchestrator simulate` measures this file at hundreds of engines.
 """
@@ -16,12 +19,17 @@ import collections
 import concurrent.futures
 import queue
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from orchestrator.contracts.engine_death import is_engine_death
 from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
 from orchestrator.rollout.engine_group import EngineFailedError, EngineGroup
+
+if TYPE_CHECKING:
+    from orchestrator.learner.weights import PolicyWeights
+    from workers.weights.transport import SyncReport
 
 
 class RolloutPool:
@@ -35,11 +43,35 @@ class RolloutPool:
     def shutdown(self) -> None:
         self.engines.shutdown()
 
-    def __enter__(self) -> RolloutPool:
-        return self.start()
+    @property
+    def size(self) -> int:
+        """Engines serving now."""
+        return len(self.engines.actors)
 
-    def __exit__(self, *exc) -> None:
-        self.shutdown()
+    @property
+    def restarts(self) -> int:
+        """Engines replaced so far."""
+        return self.engines.restarts
+
+    def resize(self, engines: int) -> None:
+        """Grow or shrink to `engines` (see `EngineGroup.resize`); applied as `generate` runs."""
+        self.engines.resize(engines)
+
+    def sync_weights(self, weights: PolicyWeights, replace_now: bool = True) -> SyncReport:
+        """Load `weights.version` into every serving engine, and drop those the sync found dead."""
+        report = weights.sync(dict(self.engines.actors))
+        self.drop(report.dead, replace_now)
+        return report
+
+    def drop(self, dead: dict[int, BaseException], replace_now: bool = True) -> None:
+        """Replace engines that died, failed their load or missed a deadline. With `replace_now` False
+        another thread may be inside `generate` (async mode), which owns the set of engines: the actor
+        is only killed, and `generate` replaces it when its next call to it fails."""
+        for engine_id, error in dead.items():
+            if replace_now:
+                self.engines.engine_died(engine_id, error)
+            elif engine_id in self.engines.actors:
+                self.engines.launcher.kill(self.engines.actors[engine_id])
 
     def generate(self, requests: list[GroupRequest], on_result: Callable[[GroupResult], None] | None = None) -> list[GroupResult]:
         """Generate every group; results in completion order (assemble them by group id).

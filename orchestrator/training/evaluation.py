@@ -30,8 +30,8 @@ import pyarrow as pa
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.groups import GroupRequest
 from orchestrator.data.conversations import encode
+from orchestrator.rewards.scoring import RewardScorer
 from orchestrator.rollout.table import rollout_table, write_parquet
-from orchestrator.training.scoring import StepScorer
 
 EVAL_GROUP_BASE = 1 << 40  # far beyond any training stream position
 EVAL_SEED_OFFSET = 7_919_000  # eval prompt i samples with seed + this + i: apart from training groups' seeds
@@ -57,7 +57,7 @@ class Evaluation:
         self.prompt_ids = [encode(tokenizer, prompt, conversational) for prompt in eval_set.prompts]
         temperature = config.temperature if config.eval_temperature is None else config.eval_temperature
         self.sampling = config.sampling().model_copy(update={"temperature": temperature})
-        self.scorer = StepScorer(  # the reward functions get exactly what they get in training
+        self.scorer = RewardScorer(  # the reward functions get exactly what they get in training
             config.reward_funcs,
             config.reward_weights,
             config.reward_error_score,

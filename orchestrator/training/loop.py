@@ -4,7 +4,7 @@
 
 Each step takes `prompts_per_step` prompts from the stream (a group each, id = stream position;
 requests.py), generates `num_generations` samples per group on the rollout pool, scores groups in
-Ray tasks as they come back (scoring.py: rewards overlap the generation of the other groups),
+Ray tasks as they come back (rewards/scoring.py: rewards overlap the generation of the other groups),
 normalises advantages within each group, has the learner take one TRL GRPO step with the engines'
 logprobs as the behaviour logprobs, and pushes the new weights to every engine. On-policy
 (`max_staleness: 0`) the next step generates only after that sync; in async mode (`max_staleness:
@@ -24,6 +24,7 @@ from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.errors import LearnerDiedError, RunError
 from orchestrator.data.stream import PromptStream
 from orchestrator.launch import Components
+from orchestrator.rewards.scoring import RewardScorer, StepRewards
 from orchestrator.rollout.table import rollout_table, with_training_columns, write_parquet
 from orchestrator.training import plots
 from orchestrator.training.advantages import group_advantages
@@ -35,7 +36,6 @@ from orchestrator.training.metrics import MetricsLog, progress_line, read_metric
 from orchestrator.training.prefetch import Prefetcher
 from orchestrator.training.requests import build_requests
 from orchestrator.training.run_dir import ResumeState, RunDir, resume_hint
-from orchestrator.training.scoring import StepScorer, StepScoring
 from orchestrator.training.trackers import make_trackers
 
 
@@ -62,10 +62,10 @@ class GRPORun:
         resume = resume or ResumeState(step=0, stream_position=0, policy_version=0)
         self.first_step = resume.step + 1
         self.stream = PromptStream(prompts, seed=config.seed, position=resume.stream_position)
-        self.policy_version = resume.policy_version
+        self.weights = components.weights  # its version is the policy version: resume.policy_version here
         self.sampling = config.sampling()
         self.tool_use = config.tool_use()
-        self.scorer = StepScorer(
+        self.scorer = RewardScorer(
             config.reward_funcs,
             config.reward_weights,
             config.reward_error_score,
@@ -77,11 +77,6 @@ class GRPORun:
         self._learner_restarts = 0
         self._control = ControlFile(run_dir.control)
         self._prefetch = Prefetcher(self._generate)
-        components.pool.engines.on_engine_ready = self._sync_new_engine
-
-    def _sync_new_engine(self, engine_id: int, actor) -> None:
-        """A new or replacement engine serves only once it holds the current policy."""
-        self.parts.learner.load_current(self.parts.transport, engine_id, actor, self.policy_version)
 
     def run(self) -> list[dict]:
         """Run the remaining steps. Ctrl-C finishes the current step, checkpoints and returns;
@@ -142,16 +137,12 @@ class GRPORun:
         )
         self._prefetch.discard()  # async: the batch generated ahead comes from the rewound stream again
         self.parts.learner.restart(str(checkpoint) if checkpoint else None)
-        self.parts.transport.learner_replaced()
+        self.weights.learner_replaced(state.policy_version)
         self._log.close()
         self.run_dir.forget_after(state.step)
         self._log = MetricsLog(self.run_dir.metrics)
         self.stream.position = state.stream_position
-        self.policy_version = state.policy_version
-        engines = self.parts.pool.engines
-        sync = self.parts.learner.sync(self.parts.transport, dict(engines.actors), self.policy_version)
-        for engine_id, error in sync.dead.items():
-            engines.engine_died(engine_id, error)
+        self.parts.pool.sync_weights(self.weights)
         return state.step
 
     def _on_interrupt(self, signum, frame) -> None:
@@ -160,7 +151,7 @@ class GRPORun:
         self._stop_requested = True
         print("\ninterrupt: finishing this step, then saving a checkpoint (Ctrl-C again to abort)", flush=True)
 
-    def _generate(self, requests) -> tuple[pa.Table, StepScoring]:
+    def _generate(self, requests) -> tuple[pa.Table, StepRewards]:
         """The step's rollout table in request order, and its scoring (reward tasks started as groups
         came back). Runs on the thread that owns the pool (the generation thread in async mode), so
         pool changes (scaling requests, replacements) never race with a running `generate`."""
@@ -185,7 +176,7 @@ class GRPORun:
             conversational=self.conversations is not None,
         )
 
-    def _next_batch(self, step: int) -> tuple[pa.Table, StepScoring]:
+    def _next_batch(self, step: int) -> tuple[pa.Table, StepRewards]:
         """On-policy (max_staleness 0): generate now. Async (max_staleness >= 1): take the batch
         generated while the previous step trained, and start generating the next one, which then
         overlaps this step's reward, training and sync."""
@@ -197,10 +188,10 @@ class GRPORun:
         if step < self.config.max_steps:
             self._prefetch.submit(self._requests())
         oldest = min(table.column("policy_version").to_pylist())
-        if oldest < self.policy_version - self.config.max_staleness:
+        if oldest < self.weights.version - self.config.max_staleness:
             raise RunError(
                 f"step {step}: a sample of policy {oldest} is older than max_staleness={self.config.max_staleness} "
-                f"allows (current policy {self.policy_version})"
+                f"allows (current policy {self.weights.version})"
             )
         return table, scoring
 
@@ -209,7 +200,7 @@ class GRPORun:
         request = self._control.poll()
         if request is not None and request.get("engines") is not None:
             print(f"scaling the rollout pool to {request['engines']} engine(s)", flush=True)
-            self.parts.pool.engines.resize(int(request["engines"]))
+            self.parts.pool.resize(int(request["engines"]))
 
     def step(self, step: int) -> dict:
         start = time.perf_counter()
@@ -225,15 +216,9 @@ class GRPORun:
         learner_metrics = self.parts.learner.train_step(batch, np.asarray(table.column("group_id")))
         trained = time.perf_counter()
 
-        self.policy_version += 1
-        engines = self.parts.pool.engines
-        actors = dict(engines.actors)
-        sync = self.parts.learner.sync(self.parts.transport, actors, self.policy_version)
-        for engine_id, error in sync.dead.items():  # died, failed its load, or missed the deadline
-            if self._prefetch.running:  # the generation thread owns the pool: it replaces the engine
-                engines.launcher.kill(actors[engine_id])  # when its next call to it fails
-            else:  # on-policy: the pool is idle, replace it now
-                engines.engine_died(engine_id, error)
+        self.weights.version += 1
+        # Async: the generation thread owns the pool, and replaces a dead engine when its next call fails.
+        sync = self.parts.pool.sync_weights(self.weights, replace_now=not self._prefetch.running)
         synced = time.perf_counter()
 
         table = with_training_columns(table, step, scores, advantages)
@@ -242,12 +227,12 @@ class GRPORun:
         metrics = {
             "step": step,
             "policy_version": int(min(versions)),
-            "staleness/max": int(self.policy_version - 1 - min(versions)),
+            "staleness/max": int(self.weights.version - 1 - min(versions)),
             **rollout_metrics(table, self.parts.tokenizer.eos_token_id, tools=self.tool_use is not None),
             **learner_metrics,
             "reward_errors": scores["reward_errors"],
-            "engines": len(engines.actors),
-            "engine_restarts": engines.restarts,
+            "engines": self.parts.pool.size,
+            "engine_restarts": self.parts.pool.restarts,
             "weight_sync/bytes": sync.bytes,
             "weight_sync/checksum": sync.checksum,
             "time/generate": generated - start,
@@ -262,5 +247,5 @@ class GRPORun:
     def save(self, step: int) -> Path:
         # A prefetched batch (async mode) is not trained on yet: a resumed run generates it again.
         position = self.stream.position - self._prefetch.groups_ahead
-        state = ResumeState(step, position, self.policy_version, learner_fsdp=self.config.learner.fsdp)
+        state = ResumeState(step, position, self.weights.version, learner_fsdp=self.config.learner.fsdp)
         return self.run_dir.write_checkpoint(step, self.parts.learner.save, state)

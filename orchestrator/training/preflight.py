@@ -29,7 +29,7 @@ class Checked:
 def preflight(config: TrainConfig) -> Checked:
     from orchestrator.data.conversations import encode, read_chat_template, render_records, split_messages
     from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, resolve_model
-    from orchestrator.training.rewards import resolve
+    from orchestrator.rewards.functions import resolve
     from orchestrator.training.trackers import check_available
     from workers.learner.model_setup import load_tokenizer
 
@@ -63,7 +63,7 @@ def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str) -
 
     if config.eval_prompts is None:
         return None, []
-    records = _records_from(config.eval_prompts)
+    records = _records_from(config.eval_prompts, "eval_prompts")
     records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.eval_prompts)
     lengths = [len(encode(tokenizer, record["prompt"], chat)) for record in records]
     check_prompt_fits(
@@ -90,20 +90,12 @@ def _read_records(config: TrainConfig) -> list[dict]:
     return _records_from(config.prompts)
 
 
-def _records_from(source: str) -> list[dict]:
+def _records_from(source: str, key: str = "prompts") -> list[dict]:
     """Records of a prompts (or eval_prompts) value: a built-in set, a file or a dataset folder."""
-    if source in ("builtin:arithmetic", "builtin:arithmetic_eval"):
-        from orchestrator.builtin import arithmetic_task
+    if source.startswith("builtin:"):
+        from orchestrator.contracts import builtins, user_functions
 
-        return arithmetic_task.records() if source == "builtin:arithmetic" else arithmetic_task.eval_records()
-    if source == "builtin:search":
-        from orchestrator.builtin import search_task
-
-        return [{"prompt": prompt} for prompt in search_task.all_prompts()]
-    if source == "builtin:lookup":
-        from orchestrator.builtin import lookup_task
-
-        return lookup_task.records()
+        return user_functions.resolve(source, key, builtins.PROMPTS)()
     from orchestrator.data.prompts import read_records
 
     return read_records(source)

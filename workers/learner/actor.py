@@ -42,7 +42,7 @@ class Learner:
         if resume_from is not None:
             self._learner.load_state(resume_from)
 
-    def canonical_tokenizer(self) -> TokenizerBundle:
+    def engine_bundle(self) -> TokenizerBundle:
         """The tokenizer every engine must use (after added tokens and the pad fallback), plus the
         model's config.json, so engines can start without the model files and take the weights
         from the learner."""
@@ -56,24 +56,19 @@ class Learner:
     def train_step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         return self._learner.train_step(batch)
 
+    # Object-store path (workers/weights/object_store.py).
     def publish_weights(self, bucket_bytes: int) -> tuple[list, int]:
-        """Put the weights in Ray's object store in buckets (the learner's one copy of them); engines
-        fetch them from there (across nodes, no shared filesystem). Returns (bucket refs, bytes)."""
-        import ray
+        """Put the weights in Ray's object store in buckets; returns (bucket refs, bytes)."""
+        from workers.weights.object_store import publish
 
-        buckets = self._learner.weight_buckets(bucket_bytes)
-        return [ray.put(bucket) for bucket in buckets], sum(bucket.nbytes for bucket in buckets)
+        return publish(self._learner.named_weights(), bucket_bytes)
 
     def published_checksum(self, bucket_refs: list) -> str:
-        """The checksum of what `publish_weights` put in the object store, read in place there: the
-        transport asks for it while the engines load, and it stays right if training goes on meanwhile."""
-        import ray
+        from workers.weights.object_store import published_checksum
 
-        from workers.weights.buckets import checksum
+        return published_checksum(bucket_refs)
 
-        return checksum(ray.get(bucket_refs))
-
-    # GPU path (workers/weights/nccl.py): the learner is rank 0 of the NCCL weight-transfer group.
+    # NCCL path (workers/weights/nccl.py): the learner is rank 0 of the NCCL weight-transfer group.
     def nccl_endpoint(self) -> tuple[str, int]:
         from workers.weights.nccl import rendezvous
 

@@ -59,10 +59,9 @@ class RolloutWorker:
     async def load_weights(self, bucket_refs: list, version: int) -> tuple[int, str]:
         """Fetch the learner's weight buckets from the object store and load them; returns
         (policy version, checksum received) for the provenance check."""
-        import asyncio
+        from workers.weights.object_store import fetch
 
-        buckets = await asyncio.gather(*bucket_refs)  # numpy views of the object store: no copy
-        return await self._engine.load_weights(buckets, version)
+        return await self._engine.load_weights(await fetch(bucket_refs), version)
 
     async def init_nccl(self, init_info: dict) -> None:
         await self._engine.init_nccl(init_info)

@@ -1,7 +1,7 @@
 """One vLLM engine that generates groups: where every sample is born.
 
 A plain class (no Ray in it) around vLLM's `AsyncLLM`: continuous batching across all groups in
-flight, and pause/resume for weight updates (weight_loading.py: a load that fails part-way never
+flight, and pause/resume for weight updates (workers/weights/loading.py: a load that fails part-way never
 resumes, and the engine then refuses to generate). It is built with the canonical tokenizer from a
 folder the caller wrote, and it reports the fingerprint of the tokenizer vLLM really loaded.
 """
@@ -20,8 +20,8 @@ from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tools import ToolUse
 from workers.rollout.multi_turn import CallTool, Vocabulary, run_sample
 from workers.rollout.sampling import to_samples, to_turn, turn_params, turn_seed, vllm_params
-from workers.rollout.weight_loading import WeightLoads
 from workers.weights.buckets import WeightBucket
+from workers.weights.loading import WeightLoads
 from workers.weights.staging import StagingBuffer
 
 Device = Literal["cpu", "cuda"]
@@ -56,7 +56,7 @@ def engine_args(
         enforce_eager=on_cpu,  # graph capture / compile costs minutes on small CPUs and buys little
         disable_log_stats=True,
         load_format="dummy" if placeholder_weights else "auto",
-        worker_extension_cls="workers.rollout.weight_extension.WeightReceiver",
+        worker_extension_cls="workers.weights.vllm_worker.WeightReceiver",
         weight_transfer_config=None if on_cpu else {"backend": "nccl"},
     )
 

@@ -21,20 +21,19 @@ import inspect
 import time
 from collections.abc import Callable
 
-from orchestrator.contracts import user_functions
+from orchestrator.contracts import builtins, user_functions
 from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.tools import ToolConfig
 
 CALL_THREADS = 64  # concurrent plain-function calls per host
 HOST_START_S = 120.0  # deadline for a tool host to come up
 
-BUILTIN = {"lookup": "orchestrator.builtin.lookup_task:lookup"}
 
 _resolved: dict[str, Callable] = {}  # per worker process: import each tool file once
 
 
 def resolve(spec: str, key: str = "tools.fn") -> Callable:
-    return user_functions.resolve(spec, key, BUILTIN)
+    return user_functions.resolve(spec, key, builtins.TOOLS)
 
 
 class ToolHost:

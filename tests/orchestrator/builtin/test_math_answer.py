@@ -3,7 +3,7 @@
 import pytest
 
 from orchestrator.builtin.math_answer import extract_answer, math_answer_reward, normalise
-from orchestrator.training.rewards import resolve
+from orchestrator.rewards.functions import resolve
 
 
 @pytest.mark.parametrize(

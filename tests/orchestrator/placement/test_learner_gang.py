@@ -92,7 +92,7 @@ TRAIN_SCRIPT = textwrap.dedent(
     from orchestrator.config.train import TrainConfig
     from orchestrator.launch import connect
     from orchestrator.placement.labels import LEARNER_RESOURCE, LEARNER_ROLE, ROLE_LABEL
-    from orchestrator.training.learner_group import LearnerGroup
+    from orchestrator.learner.group import LearnerGroup
 
     model, tokenizer, work = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     config = TrainConfig(**json.loads((work / "config.json").read_text()))

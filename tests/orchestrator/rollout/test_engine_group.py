@@ -33,7 +33,7 @@ def simulated(tiny, ray_session):
 
 
 def test_an_engine_that_fails_its_first_load_is_dropped_and_the_pool_goes_on(simulated, capsys):
-    from orchestrator.weight_sync.transport import WeightSyncError
+    from workers.weights.transport import WeightSyncError
 
     pool, requests = simulated
     pool.start()
@@ -50,7 +50,7 @@ def test_an_engine_that_fails_its_first_load_is_dropped_and_the_pool_goes_on(sim
 @pytest.mark.parametrize("fault", ["stuck", "dead"])
 def test_a_learner_stuck_or_dead_while_a_new_engine_loads_reaches_the_caller(simulated, fault):
     from orchestrator.contracts.errors import LearnerDiedError
-    from orchestrator.weight_sync.transport import LearnerSyncTimeout
+    from workers.weights.transport import LearnerSyncTimeout
 
     pool, _ = simulated
     pool.start()

@@ -10,7 +10,10 @@ import pytest
 
 from tests.orchestrator.training.short_run import ARGS, STEPS, metrics
 
-pytestmark = [pytest.mark.engines, pytest.mark.slow]  # ~2.5 min; test_learner_group.py covers the group without engines
+pytestmark = [
+    pytest.mark.engines,
+    pytest.mark.slow,
+]  # ~2.5 min; tests/orchestrator/learner/test_group.py covers the group without engines
 
 
 def _train(*args):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from orchestrator.training.learner_shards import shard_batch
+from orchestrator.learner.shards import shard_batch
 from tests.workers.learner.grpo_steps import grpo_steps
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -21,7 +21,7 @@ def _slow_score(completions: list[str]) -> dict:
 def test_groups_back_while_tasks_run_share_the_next_task(ray_session):
     import ray
 
-    from orchestrator.training.reward_batches import RewardBatches
+    from orchestrator.rewards.scoring import StepRewards
 
     task = ray.remote(_slow_score).options(num_cpus=0)
     started = []
@@ -30,9 +30,10 @@ def test_groups_back_while_tasks_run_share_the_next_task(ray_session):
         started.append([request.group_id for request in requests])
         return task.remote([sample.completion for result in results for sample in result.samples])
 
-    batches = RewardBatches(submit, max_tasks=2)
-    for request, result in map(_group, range(7)):
-        batches.add(request, result)
+    requests, results = zip(*map(_group, range(7)))
+    batches = StepRewards(submit, list(requests), max_tasks=2)
+    for result in results:
+        batches.add(result)
     batches.close()
     assert started == [[0], [1], [2, 3, 4, 5, 6]]  # two tasks busy: the other five wait and go together
 
@@ -44,7 +45,7 @@ def test_groups_back_while_tasks_run_share_the_next_task(ray_session):
 def test_a_task_starts_once_enough_samples_wait_and_the_rest_at_the_end(ray_session):
     import ray
 
-    from orchestrator.training.reward_batches import RewardBatches
+    from orchestrator.rewards.scoring import StepRewards
 
     task = ray.remote(lambda completions: {"reward": [0.0] * len(completions), "reward_errors": 0}).options(num_cpus=0)
     started = []
@@ -53,9 +54,10 @@ def test_a_task_starts_once_enough_samples_wait_and_the_rest_at_the_end(ray_sess
         started.append([request.group_id for request in requests])
         return task.remote([sample.completion for result in results for sample in result.samples])
 
-    batches = RewardBatches(submit, min_samples=5)  # groups of 2 samples: a task per 3 groups
-    for request, result in map(_group, range(7)):
-        batches.add(request, result)
+    requests, results = zip(*map(_group, range(7)))
+    batches = StepRewards(submit, list(requests), min_samples=5)  # groups of 2 samples: a task per 3 groups
+    for result in results:
+        batches.add(result)
     assert started == [[0, 1, 2], [3, 4, 5]]  # group 6 waits for more
     batches.close()
     assert started[-1] == [6]

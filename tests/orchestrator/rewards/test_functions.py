@@ -1,7 +1,7 @@
 import pytest
 
 from orchestrator.contracts.errors import UserError
-from orchestrator.training.rewards import RewardError, resolve, score
+from orchestrator.rewards.functions import RewardError, resolve, score
 
 
 def test_file_module_and_builtin_specs(tmp_path):
@@ -68,7 +68,7 @@ def test_a_reward_error_in_the_ray_task_reaches_the_user_as_itself(ray_session, 
     """Rewards run in a Ray task; their failure must come back as the named error, not a Ray traceback."""
     import ray
 
-    from orchestrator.training.scoring import unwrap
+    from orchestrator.rewards.scoring import unwrap
 
     reward_file = tmp_path / "boom.py"
     reward_file.write_text("def boom(prompts, completions, **kw):\n    raise ValueError('no score for you')\n")

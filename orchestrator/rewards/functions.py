@@ -10,16 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from orchestrator.contracts import user_functions
+from orchestrator.contracts import builtins, user_functions
 from orchestrator.contracts.errors import UserError
-
-BUILTIN = {
-    "search_call": "orchestrator.builtin.search_task:search_call_reward",
-    "summary_length": "orchestrator.builtin.length_reward:summary_length",
-    "exact_code": "orchestrator.builtin.lookup_task:exact_code_reward",
-    "math_answer": "orchestrator.builtin.math_answer:math_answer_reward",
-}
-
 
 _resolved: dict[str, Callable] = {}  # per worker process: import each reward file once
 
@@ -30,7 +22,7 @@ class RewardError(UserError):
 
 def resolve(spec: str) -> Callable:
     """Import the function a reward spec names; errors say which spec and why."""
-    return user_functions.resolve(spec, "reward_funcs", BUILTIN)
+    return user_functions.resolve(spec, "reward_funcs", builtins.REWARDS)
 
 
 def score(

@@ -23,7 +23,7 @@ def learner(tiny, ray_session):
 def test_every_engine_reports_the_version_and_checksum_sent(pool, learner):
     import ray
 
-    from orchestrator.weight_sync.object_store import ObjectStoreTransport
+    from workers.weights.object_store import ObjectStoreTransport
 
     report = ObjectStoreTransport(timeout_s=120, bucket_bytes=64 << 10).sync(learner, pool.engines.actors, version=1)
     assert report.version == 1 and report.bytes > 100_000 and len(report.checksum) == 16
@@ -57,8 +57,8 @@ class _CorruptingLink:
 
 
 def test_a_corrupted_transfer_stops_with_the_provenance_error(pool, learner):
-    from orchestrator.weight_sync.object_store import ObjectStoreTransport
-    from orchestrator.weight_sync.transport import WeightSyncError
+    from workers.weights.object_store import ObjectStoreTransport
+    from workers.weights.transport import WeightSyncError
 
     transport = ObjectStoreTransport(timeout_s=120, bucket_bytes=64 << 10)
     engines = pool.engines.actors
@@ -71,8 +71,8 @@ def test_a_corrupted_transfer_stops_with_the_provenance_error(pool, learner):
 
 
 def test_a_sync_past_its_deadline_fails_clearly(pool, learner):
-    from orchestrator.weight_sync.object_store import ObjectStoreTransport
-    from orchestrator.weight_sync.transport import WeightSyncError
+    from workers.weights.object_store import ObjectStoreTransport
+    from workers.weights.transport import WeightSyncError
 
     with pytest.raises(WeightSyncError, match=r"did not finish within weight_sync.timeout_s=0.001s"):
         ObjectStoreTransport(timeout_s=0.001, bucket_bytes=64 << 10).sync(learner, pool.engines.actors, version=4)

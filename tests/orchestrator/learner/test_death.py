@@ -1,6 +1,6 @@
 """Why the learner died, told from Ray's error text and its node's OOM-kill counters (no Ray here)."""
 
-from orchestrator.training.learner_death import death_cause, oom_kills
+from orchestrator.learner.death import death_cause, oom_kills
 
 SIGKILLED = (
     "The actor died unexpectedly before finishing this task.\n\tclass_name: Learner\n\tpid: 24985\n"

@@ -46,7 +46,7 @@ def test_an_engine_whose_load_fails_refuses_to_generate_and_is_replaced(pool, le
 
     from orchestrator.contracts.engine_death import WeightLoadFailedError
     from orchestrator.rollout.table import rollout_table
-    from orchestrator.weight_sync.object_store import ObjectStoreTransport
+    from workers.weights.object_store import ObjectStoreTransport
 
     engines = pool.engines
     victim = max(engines.actors)

@@ -4,24 +4,23 @@ The driver talks to the learner only through this object: it starts the actors o
 (one placement group, owned here and removed at shutdown), asks for the canonical tokenizer, hands
 each step's batch over, has checkpoints saved, and names the actor that publishes weights (`lead`)
 to the weight transport. With `learner.workers` > 1 the actors are the ranks of one data-parallel
-group: each step's batch is split into whole groups per rank (learner_shards.py), and rank 0 is the
+group: each step's batch is split into whole groups per rank (shards.py), and rank 0 is the
 lead (it alone publishes, and saves; sharded ranks help it gather). A learner rank that dies, stops
 answering in a collective call, or is stuck past a sync deadline surfaces as `LearnerDiedError` saying why
-(learner_death.py); `restart` replaces every rank from a checkpoint.
+(death.py); `restart` replaces every rank from a checkpoint.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import numpy as np
 
 from orchestrator.contracts.errors import LearnerDiedError
 from orchestrator.contracts.learning import GRPOSettings
 from orchestrator.contracts.tokenizer import TokenizerBundle
+from orchestrator.learner.death import death_cause, oom_kills
+from orchestrator.learner.shards import shard_batch
 from orchestrator.placement.labels import LEARNER_ROLE
-from orchestrator.training.learner_death import death_cause, oom_kills
-from orchestrator.training.learner_shards import shard_batch
+from workers.weights.transport import SyncReport, WeightTransport
 
 _PROBE_TIMEOUT_S = 10.0  # asking a learner's node for its OOM counters
 _PEER_GRACE_S = 10.0  # after a rank's collective call failed: how long its peers get to report a death
@@ -69,8 +68,8 @@ class LearnerGroup:
         self._node_ids = self._call_all("starting", [rank.node_id.remote() for rank in self.ranks])
         self._oom_before = {node: self._probe_node(node) for node in dict.fromkeys(self._node_ids)}
 
-    def canonical_tokenizer(self) -> TokenizerBundle:
-        return self._call("sending the canonical tokenizer", self.lead.canonical_tokenizer.remote())
+    def engine_bundle(self) -> TokenizerBundle:
+        return self._call("sending the canonical tokenizer and model config", self.lead.engine_bundle.remote())
 
     def train_step(self, batch: dict, group_ids: np.ndarray | None = None) -> dict[str, float]:
         """One optimizer step on the step's batch; `group_ids` (each row's group) is needed with more
@@ -89,23 +88,13 @@ class LearnerGroup:
             return self._call_all("saving a checkpoint", [rank.save.remote(folder) for rank in self.ranks])[0]
         return self._call("saving a checkpoint", self.lead.save.remote(folder))
 
-    def sync(self, transport, engines: dict[int, object], version: int):
-        """`transport.sync` from this learner. Its death becomes `LearnerDiedError`, as a learner stuck
+    def sync(self, transport: WeightTransport, engines: dict[int, object], version: int) -> SyncReport:
+        """`transport.sync` from the lead rank. Its death becomes `LearnerDiedError`, as a learner stuck
         past the deadline already is (`LearnerSyncTimeout`); engine deaths stay in the report."""
-        with self._publishing():
-            return transport.sync(self.lead, engines, version)
-
-    def load_current(self, transport, engine_id: int, actor, version: int):
-        """`transport.load_current` (a new engine's first weights) from this learner, as `sync`."""
-        with self._publishing():
-            return transport.load_current(self.lead, engine_id, actor, version)
-
-    @contextlib.contextmanager
-    def _publishing(self):
         import ray
 
         try:
-            yield
+            return transport.sync(self.lead, engines, version)
         except ray.exceptions.RayActorError as error:  # an engine's death is reported, never raised
             raise self._died("publishing weights", error) from None
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from orchestrator.contracts.engine_death import WeightLoadFailedError
-from workers.rollout.weight_loading import WeightLoads
+from workers.weights.loading import WeightLoads
 
 
 class _Scheduler:

@@ -6,8 +6,8 @@ import json
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.rewards.scoring import RewardScorer, merge_scores
 from orchestrator.training.preflight import preflight
-from orchestrator.training.scoring import StepScorer, merge_scores
 
 
 def _group(group_id: int, prompt_index: int, prompt: str, completions: list[str]):
@@ -29,7 +29,7 @@ def test_dataset_columns_reach_the_reward_function(tmp_path, ray_session):
     checked = preflight(config)
     assert checked.columns == [{"answer": "2", "group_id": "x"}, {"answer": "4", "group_id": "x"}]
 
-    scorer = StepScorer(config.reward_funcs, None, None, checked.columns)
+    scorer = RewardScorer(config.reward_funcs, None, None, checked.columns)
     groups = [_group(0, 1, checked.prompts[1], [" 4", " 5"]), _group(1, 0, checked.prompts[0], [" 2", " 2"])]
     scoring = scorer.begin([request for request, _ in groups])
     for _, result in reversed(groups):  # results come back in any order
@@ -59,6 +59,6 @@ def test_conversational_prompts_reach_reward_functions_in_trls_shapes(tmp_path, 
     )
     rendered = "<|im_start|>user\nWhat is 1 + 1?<|im_end|>\n<|im_start|>assistant\n"
     request, result = _group(0, 0, rendered, ["2", "3"])
-    scoring = StepScorer([f"{reward}:shapes"], None, None, [{}], conversations=[chat]).begin([request])
+    scoring = RewardScorer([f"{reward}:shapes"], None, None, [{}], conversations=[chat]).begin([request])
     scoring.add(result)
     assert scoring.close().scores()["reward"] == [1.0, 0.0]

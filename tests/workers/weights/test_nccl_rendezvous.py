@@ -27,7 +27,7 @@ class _Handle:
 
 
 def test_engines_and_learner_meet_where_the_learner_listens(ray_session):
-    from orchestrator.weight_sync.nccl import NcclTransport
+    from workers.weights.nccl import NcclTransport
 
     learner = _Handle(nccl_endpoint=("10.1.2.3", 29517))  # the learner's node, not this one
     engines = {0: _Handle(), 1: _Handle()}

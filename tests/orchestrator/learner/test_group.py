@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.errors import LearnerDiedError
-from orchestrator.training.learner_group import LearnerGroup
+from orchestrator.learner.group import LearnerGroup
 from tests.workers.learner.grpo_steps import grpo_steps
 
 GROUPS, GROUP_SIZE, TEMPERATURE = 5, 2, 1.0

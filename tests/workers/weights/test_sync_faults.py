@@ -100,7 +100,7 @@ def _timed(fn):
 
 
 def test_an_engine_whose_load_fails_is_reported_dead_and_the_others_are_synced(faults):
-    from orchestrator.weight_sync.object_store import ObjectStoreTransport
+    from workers.weights.object_store import ObjectStoreTransport
 
     engines = {0: _engine(faults), 1: _engine(faults, load_weights=faults.raises(_load_failed()))}
     report = ObjectStoreTransport(TIMEOUT_S, 1 << 20).sync(_learner(faults), engines, version=3)
@@ -110,7 +110,7 @@ def test_an_engine_whose_load_fails_is_reported_dead_and_the_others_are_synced(f
 
 def test_an_engine_that_never_answers_is_reported_dead_at_the_deadline(faults):
     from orchestrator.contracts.engine_death import reason
-    from orchestrator.weight_sync.object_store import ObjectStoreTransport
+    from workers.weights.object_store import ObjectStoreTransport
 
     engines = {0: _engine(faults), 1: _engine(faults, load_weights=faults.hangs())}
     report, took = _timed(lambda: ObjectStoreTransport(TIMEOUT_S, 1 << 20).sync(_learner(faults), engines, version=3))
@@ -122,8 +122,8 @@ def test_an_engine_that_never_answers_is_reported_dead_at_the_deadline(faults):
 
 
 def test_a_learner_that_never_answers_raises_learner_sync_timeout(faults):
-    from orchestrator.weight_sync.object_store import ObjectStoreTransport
-    from orchestrator.weight_sync.transport import LearnerSyncTimeout
+    from workers.weights.object_store import ObjectStoreTransport
+    from workers.weights.transport import LearnerSyncTimeout
 
     learner = _learner(faults, published_checksum=faults.hangs())
     engines = {0: _engine(faults), 1: _engine(faults, load_weights=faults.hangs())}
@@ -137,8 +137,8 @@ def test_a_learner_that_never_answers_raises_learner_sync_timeout(faults):
 
 def test_an_engine_dying_mid_broadcast_leaves_the_learner_stuck_and_the_group_given_up(faults):
     """NCCL needs every rank: the learner's broadcast never returns once a receiver died."""
-    from orchestrator.weight_sync.nccl import NcclTransport
-    from orchestrator.weight_sync.transport import LearnerSyncTimeout
+    from workers.weights.nccl import NcclTransport
+    from workers.weights.transport import LearnerSyncTimeout
 
     transport = NcclTransport(TIMEOUT_S, 1 << 20)
     engines = {0: _engine(faults), 1: _engine(faults, receive_nccl=faults.raises(_load_failed()))}
@@ -154,7 +154,7 @@ def test_an_engine_dying_mid_broadcast_leaves_the_learner_stuck_and_the_group_gi
 
 
 def test_on_the_nccl_path_a_failed_receiver_is_reported_dead_when_the_learner_finished(faults):
-    from orchestrator.weight_sync.nccl import NcclTransport
+    from workers.weights.nccl import NcclTransport
 
     transport = NcclTransport(TIMEOUT_S, 1 << 20)
     engines = {
@@ -170,7 +170,7 @@ def test_on_the_nccl_path_a_failed_receiver_is_reported_dead_when_the_learner_fi
 
 
 def test_the_nccl_fallback_shares_the_syncs_deadline(faults):
-    from orchestrator.weight_sync.nccl import NcclTransport
+    from workers.weights.nccl import NcclTransport
 
     transport = NcclTransport(TIMEOUT_S, 1 << 20)
     transport._group = ()  # given up earlier: every engine takes the object store
@@ -180,8 +180,8 @@ def test_the_nccl_fallback_shares_the_syncs_deadline(faults):
 
 
 def test_wrong_weights_stay_an_error_for_the_run(faults):
-    from orchestrator.weight_sync.object_store import ObjectStoreTransport
-    from orchestrator.weight_sync.transport import LearnerSyncTimeout, WeightSyncError
+    from workers.weights.object_store import ObjectStoreTransport
+    from workers.weights.transport import LearnerSyncTimeout, WeightSyncError
 
     engines = {0: _engine(faults, load_weights=faults.answers(lambda refs, version: (version, "badbad")))}
     with pytest.raises(WeightSyncError, match="weight provenance check failed") as caught:
@@ -189,11 +189,38 @@ def test_wrong_weights_stay_an_error_for_the_run(faults):
     assert not isinstance(caught.value, LearnerSyncTimeout)
 
 
+class _LearnerGroup:
+    """`LearnerGroup.sync` without Ray actors: the transport from one learner handle."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def sync(self, transport, engines, version):
+        return transport.sync(self.handle, engines, version)
+
+
 def test_a_new_engine_that_fails_its_first_load_is_not_admitted(faults):
-    from orchestrator.weight_sync.object_store import ObjectStoreTransport
-    from orchestrator.weight_sync.transport import WeightSyncError
+    from orchestrator.learner.weights import PolicyWeights
+    from workers.weights.object_store import ObjectStoreTransport
+    from workers.weights.transport import WeightSyncError
 
     engine = _engine(faults, load_weights=faults.raises(_load_failed()))
+    weights = PolicyWeights(_LearnerGroup(_learner(faults)), ObjectStoreTransport(TIMEOUT_S, 1 << 20), version=3)
     failure = r"engine 5 did not load policy version 3: WeightLoadFailedError: engine 1"
     with pytest.raises(WeightSyncError, match=failure):
-        ObjectStoreTransport(TIMEOUT_S, 1 << 20).load_current(_learner(faults), 5, engine, version=3)
+        weights.load_into(5, engine)  # what the pool does before an engine serves
+
+
+def test_engines_admitted_before_the_first_nccl_sync_wait_for_it(faults):
+    """On GPU the first sync opens one NCCL group for every engine: none loads on its own before it."""
+    from orchestrator.learner.weights import PolicyWeights
+    from workers.weights.nccl import NcclTransport
+
+    calls = []
+    engine = _engine(faults, load_weights=faults.answers(lambda refs, version: calls.append(version) or (version, "c0ffee")))
+    weights = PolicyWeights(_LearnerGroup(_learner(faults)), NcclTransport(TIMEOUT_S, 1 << 20), 3, first_sync_together=True)
+    weights.load_into(0, engine)
+    assert calls == []
+    report = weights.sync({0: engine})
+    assert report.version == 3 and report.dead == {}
+    weights.load_into(1, _engine(faults))  # a later engine joins by the object store as it is admitted

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from orchestrator.training.learner_shards import shard_batch, shard_rows
+from orchestrator.learner.shards import shard_batch, shard_rows
 
 
 def test_every_row_goes_to_one_rank_with_its_whole_group():

@@ -1,21 +1,33 @@
 """A step's rewards: groups handed to reward tasks as they come back, scores merged in request order.
 
-    scorer = StepScorer(reward_funcs, reward_weights, error_score, columns)
-    scoring = scorer.begin(requests)          # once per step
-    pool.generate(requests, on_result=scoring.add)
-    scores = scoring.close().scores()         # {"reward": [...], "rewards/<fn>": [...], "reward_errors": n}
+    scorer = RewardScorer(reward_funcs, reward_weights, error_score, columns)
+    rewards = scorer.begin(requests)          # once per step: a StepRewards
+    pool.generate(requests, on_result=rewards.add)
+    scores = rewards.close().scores()         # {"reward": [...], "rewards/<fn>": [...], "reward_errors": n}
 
 Each reward task gets TRL's arguments for its groups (prompts, completions, completion_ids), our
 per-sample fields (group_id, sample_index, finish_reason, stop_reason), and the prompt file's other
 columns by name, built straight from the results: no table per task. `train` and `simulate` both
-score through this class, so the simulation measures exactly what a training step does.
+score through these classes, so the simulation measures exactly what a training step does.
+
+Groups are scored while the others still generate, several groups per reward task. A reward task per group would start scoring the moment a group is back, but each Ray task costs
+milliseconds of scheduling and a worker process's time whatever it scores, and on a small machine
+it takes that time from the engines: at hundreds of groups per second the tasks fall behind
+generation, and on a small step the overlap saves less than the tasks cost. Here a task starts
+once `min_samples` samples wait (`reward_batch_samples`), and at most `max_tasks` run at once;
+groups that come back meanwhile wait on the driver and go together in the next task. Whatever
+still waits when generation ends is scored then. So a step smaller than `min_samples` is scored
+in one task at the end, and a large one overlaps generation with tasks that grow instead of
+multiplying.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.groups import GroupRequest, GroupResult
-from orchestrator.training.reward_batches import RewardBatches
 
 # Names the reward call itself uses; a dataset column with one of these names is not forwarded.
 RESERVED_REWARD_KWARGS = {
@@ -30,7 +42,7 @@ RESERVED_REWARD_KWARGS = {
 }
 
 
-class StepScorer:
+class RewardScorer:
     def __init__(
         self,
         reward_funcs: list[str],
@@ -41,7 +53,7 @@ class StepScorer:
         conversations: list[list[dict]] | None = None,
     ):
         """`columns[i]`: prompt i's other dataset columns (reward functions get them as kwargs);
-        `batch_samples`: samples per reward task while generation runs (reward_batches.py);
+        `batch_samples`: samples per reward task while generation runs (see above);
         `conversations[i]`: prompt i's messages when the prompts are conversations: reward functions
         then get TRL's conversational shapes (the message lists, and each completion as
         `[{"role": "assistant", "content": ...}]`) instead of the rendered texts."""
@@ -54,14 +66,14 @@ class StepScorer:
         self.dataset_keys = [key for key in (self.columns[0] if self.columns else {}) if key not in RESERVED_REWARD_KWARGS]
         self._task = None
 
-    def begin(self, requests: list[GroupRequest]) -> StepScoring:
-        return StepScoring(self, requests)
+    def begin(self, requests: list[GroupRequest]) -> StepRewards:
+        return StepRewards(self.submit, requests, min_samples=self.batch_samples)
 
     def submit(self, requests: list[GroupRequest], results: list[GroupResult]):
         """Start one reward task over these groups (rows: each group's samples in order); its ObjectRef."""
         import ray
 
-        from orchestrator.training.rewards import score
+        from orchestrator.rewards.functions import score
 
         if self._task is None:
             self._task = ray.remote(score).options(num_cpus=0, max_retries=0)
@@ -96,28 +108,74 @@ class StepScorer:
         return self._task.remote(self.reward_funcs, self.reward_weights, error_score=self.error_score, **fields)
 
 
-class StepScoring:
+class StepRewards:
     """One step's reward tasks: `add` each group as it comes back, `close` once generation is over,
     then `scores()` waits for the tasks and returns the step's scores in request order."""
 
-    def __init__(self, scorer: StepScorer, requests: list[GroupRequest]):
+    def __init__(
+        self,
+        submit: Callable[[list[GroupRequest], list[GroupResult]], object],
+        requests: list[GroupRequest],
+        max_tasks: int = 2,
+        min_samples: int = 1,
+    ):
+        """`submit(requests, results)` starts one reward task over those groups (rows in that
+        order, each group's samples together) and returns its ObjectRef."""
         self.requests = requests
         self._by_id = {request.group_id: request for request in requests}
-        self._batches = RewardBatches(scorer.submit, min_samples=scorer.batch_samples)
+        self._submit = submit
+        self.max_tasks = max_tasks
+        self.min_samples = min_samples
+        self._waiting: list[tuple[GroupRequest, GroupResult]] = []
+        self._waiting_samples = 0
+        self._running = 0  # tasks not finished yet (each lowers it when done, from Ray's thread)
+        self._lock = threading.Lock()
+        self._tasks: list[tuple[object, list[tuple[int, int]]]] = []  # (ref, [(group id, rows)])
 
     def add(self, result: GroupResult) -> None:
-        self._batches.add(self._by_id[result.group_id], result)
+        """A group came back: score it with those waiting once enough wait and a task slot is free."""
+        self._waiting.append((self._by_id[result.group_id], result))
+        self._waiting_samples += len(result.samples)
+        if self._waiting_samples >= self.min_samples and self._running < self.max_tasks:
+            self.close()
 
-    def close(self) -> StepScoring:
-        self._batches.close()
+    def close(self) -> StepRewards:
+        """Start a task for every group still waiting (call once generation is over)."""
+        if self._waiting:
+            requests, results = zip(*self._waiting)
+            ref = self._submit(list(requests), list(results))
+            self._tasks.append((ref, [(result.group_id, len(result.samples)) for result in results]))
+            with self._lock:
+                self._running += 1
+            ref.future().add_done_callback(self._task_done)
+            self._waiting, self._waiting_samples = [], 0
         return self
+
+    def _task_done(self, _future) -> None:
+        with self._lock:
+            self._running -= 1
 
     @property
     def tasks(self) -> int:
-        return self._batches.tasks
+        return len(self._tasks)
+
+    def per_group(self, get: Callable[[object], dict]) -> dict[int, dict]:
+        """Each group's scores (`get` fetches a task's result): lists cut to the group's rows; a
+        task's `reward_errors` count goes to its first group so that sums stay right."""
+        scores = {}
+        for ref, groups in self._tasks:
+            task = get(ref)
+            row = 0
+            for position, (group_id, rows) in enumerate(groups):
+                scores[group_id] = {
+                    key: (value if position == 0 else 0) if key == "reward_errors" else value[row : row + rows]
+                    for key, value in task.items()
+                }
+                row += rows
+        return scores
 
     def scores(self) -> dict:
-        per_group = self._batches.per_group(unwrap)  # mostly done while generating
+        per_group = self.per_group(unwrap)  # mostly done while generating
         return merge_scores([per_group[request.group_id] for request in self.requests])
 
 

@@ -1,0 +1,63 @@
+"""How weights get from the learner into every engine: one small interface, one implementation per device.
+
+    transport = make_transport(device, timeout_s, bucket_bytes)   # factory.py
+    report = transport.sync(learner, engines, version)           # every engine holds `version`, or is in report.dead
+
+`ObjectStoreTransport` (object_store.py; CPU, and the fallback on any cluster) and `NcclTransport`
+(nccl.py; GPU) each hold, in one file, the learner's sending side, the engines' receiving side and
+the driver's coordinator. Both end every sync by one deadline (rounds.py), and the driver never waits
+past it:
+
+- an engine that dies, fails its load (it then refuses to generate: loading.py) or is still loading at
+  the deadline is listed in `SyncReport.dead`; the pool replaces it (`RolloutPool.drop`);
+- a learner whose side is late raises `LearnerSyncTimeout`: the learner is stuck (on the NCCL path its
+  broadcast waits forever for a rank that died) and must be restarted;
+- an engine holding weights other than the learner's fails the run (`WeightSyncError`): that is a
+  bug, not a fault to ride out.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+
+from orchestrator.contracts.errors import LearnerDiedError, RunError
+
+
+class WeightSyncError(RunError):
+    """The learner missed a sync's deadline (`LearnerSyncTimeout`), an engine holds weights other than the
+    learner's, or a new engine did not take the current weights."""
+
+
+class LearnerSyncTimeout(WeightSyncError, LearnerDiedError):
+    """The learner's side of a sync missed the deadline. Treat the learner as dead: on the NCCL path its
+    broadcast blocks until every rank has received, and neither vLLM nor NCCL can time it out from
+    outside, so only restarting the learner frees it. `engines`: the engines that had died, failed or
+    not finished by then; their weights are unknown, so they are to be replaced as well."""
+
+    def __init__(self, message: str, engines: dict[int, BaseException]):
+        super().__init__(message)
+        self.engines = engines
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncReport:
+    version: int
+    checksum: str  # what every engine verified, or nccl.UNVERIFIED
+    bytes: int
+    seconds: float
+    dead: dict[int, BaseException] = dataclasses.field(default_factory=dict)  # engines to replace
+
+
+class WeightTransport(abc.ABC):
+    def __init__(self, timeout_s: float, bucket_bytes: int):
+        self.timeout_s = timeout_s
+        self.bucket_bytes = bucket_bytes
+
+    @abc.abstractmethod
+    def sync(self, learner, engines: dict[int, object], version: int) -> SyncReport:
+        """Publish the `learner` actor's weights, have every engine actor load them as `version`, verify."""
+
+    @abc.abstractmethod
+    def learner_replaced(self) -> None:
+        """A new learner actor publishes from now on (the old one died)."""
