@@ -1,9 +1,15 @@
-"""The layering a reader can rely on, checked by walking every import (module-level and inside
-functions) of orchestrator/ and workers/:
+"""The layering a reader can rely on, checked by walking the syntax tree (imports at module level
+and inside functions, attribute accesses) of every module of orchestrator/ and workers/:
 
 - the actors (workers/) import nothing of the driver but its contracts (orchestrator/contracts/);
 - the contracts import nothing of the project outside themselves, so both sides can depend on them;
-- no two modules of the project import each other, directly or through others.
+- no two modules of the project import each other, directly or through others;
+- other libraries' private code is used only inside workers/fences/ (one module per library, each
+  checking the version it was read from): elsewhere no module imports an underscore name of trl,
+  vllm, transformers or ray, nor reaches `x._name` (or `getattr(x, "_name")`) on anything but
+  `self`/`cls` unless the project itself defines `_name`;
+- the rollout pool is a front door: nothing outside orchestrator/rollout/ reaches into a pool's
+  engines (`pool.engines`, `self.parts.pool.engines`: any `.engines` read on a name ending in `pool`).
 """
 
 from __future__ import annotations
@@ -13,6 +19,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACTS = "orchestrator.contracts"
+FENCES = "workers.fences"
+FENCED_LIBRARIES = ("trl", "vllm", "transformers", "ray")
+# Underscore names that are public API: a namedtuple's methods and fields.
+PUBLIC_UNDERSCORE_NAMES = {"_asdict", "_field_defaults", "_fields", "_make", "_replace"}
 
 
 def project_modules(root: Path, packages=("orchestrator", "workers")) -> dict[str, Path]:
@@ -93,8 +103,107 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def private_uses(modules: dict[str, Path], root: Path) -> list[str]:
+    """`file:line: what` for every use of another library's private code outside the fences.
+
+    Which library an attribute's object came from is not known statically, so an access `x._name`
+    counts unless `x` is `self` or `cls` or the project (outside the fences) defines `_name` itself:
+    as a function, class or module-level name, or as an attribute set on `self`/`cls`."""
+    outside = {name: file for name, file in modules.items() if not _in(name, FENCES)}
+    trees = {name: ast.parse(file.read_text(), str(file)) for name, file in outside.items()}
+    ours = set().union(*(_defined_names(tree) for tree in trees.values()))
+    problems = []
+    for name, tree in trees.items():
+        where = outside[name].relative_to(root).as_posix()
+        found = [use for node in ast.walk(tree) for use in _private_imports(node) + _private_accesses(node, ours)]
+        for line, what in sorted(found):
+            problems.append(f"{where}:{line}: {what}; move it to {FENCES.replace('.', '/')}/<library>.py")
+    return problems
+
+
+def pool_reach_ins(modules: dict[str, Path], root: Path) -> list[str]:
+    """`file:line: what` for every read of a pool's `.engines` outside orchestrator/rollout/ (a pool is
+    whatever is named `pool` or `..._pool`: the project's names for a `RolloutPool`)."""
+    problems = []
+    for name, file in modules.items():
+        if _in(name, "orchestrator.rollout"):
+            continue
+        tree = ast.parse(file.read_text(), str(file))
+        reads = [node for node in ast.walk(tree) if isinstance(node, ast.Attribute)]
+        for node in sorted(reads, key=lambda node: (node.lineno, node.col_offset)):
+            if node.attr == "engines" and _names_a_pool(node.value):
+                problems.append(
+                    f"{file.relative_to(root).as_posix()}:{node.lineno}: `{ast.unparse(node)}` reaches into the pool's "
+                    "engines; go through RolloutPool's own methods (orchestrator/rollout/pool.py)"
+                )
+    return problems
+
+
+def _names_a_pool(node: ast.AST) -> bool:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name == "pool" or name.endswith("_pool")
+
+
+def _private_imports(node: ast.AST) -> list[tuple[int, str]]:
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        names = [f"{node.module}.{alias.name}" for alias in node.names]
+    else:
+        return []
+    return [
+        (node.lineno, f"imports {name}, a private name of {name.split('.')[0]}")
+        for name in names
+        if name.split(".")[0] in FENCED_LIBRARIES and any(_is_private(part) for part in name.split(".")[1:])
+    ]
+
+
+def _private_accesses(node: ast.AST, ours: set[str]) -> list[tuple[int, str]]:
+    if isinstance(node, ast.Attribute):
+        base, attribute, text = node.value, node.attr, ast.unparse(node)
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+    ):
+        base, attribute, text = node.args[0], node.args[1].value, ast.unparse(node)
+    else:
+        return []
+    if not _is_private(attribute) or attribute in ours or attribute in PUBLIC_UNDERSCORE_NAMES:
+        return []
+    if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+        return []
+    return [(node.lineno, f"`{text}` reaches {attribute}, which the project does not define: another library's private name")]
+
+
+def _defined_names(tree: ast.Module) -> set[str]:
+    """The underscore names a module defines: functions, classes, module-level names, attributes of self/cls."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                names.add(node.attr)
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return {name for name in names if _is_private(name)}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 def _in_contracts(module: str) -> bool:
-    return module == CONTRACTS or module.startswith(CONTRACTS + ".")
+    return _in(module, CONTRACTS)
 
 
 def test_actors_import_only_the_contracts_of_the_driver():
@@ -124,4 +233,74 @@ def test_the_checks_catch_a_cycle_and_an_actor_importing_the_driver(tmp_path):
     assert layering_violations(graph) == [
         "orchestrator.contracts.groups (a contract) imports orchestrator.rollout.pool; contracts import only contracts",
         "workers.rollout.actor (an actor module) imports the driver's orchestrator.rollout.pool; move what it needs to orchestrator.contracts",
+    ]
+
+
+def test_other_libraries_private_code_is_used_only_in_the_fences():
+    assert private_uses(project_modules(ROOT), ROOT) == []
+
+
+def test_the_check_catches_private_code_used_outside_the_fences(tmp_path):
+    files = {
+        "orchestrator/__init__.py": "",
+        "orchestrator/pool.py": (
+            "import ray._private.worker\n"
+            "from ray._private import services\n"
+            "from transformers.models import _internal\n"
+            "def drain(engine):\n"
+            "    engine._drain()\n"  # the project defines `_drain` (below): ours
+            "    return getattr(engine, '_engine_core')\n"
+        ),
+        "workers/__init__.py": "",
+        "workers/engine.py": (
+            "class Engine:\n"
+            "    def __init__(self, llm):\n"
+            "        self._llm = llm\n"
+            "    def _drain(self):\n"
+            "        self._llm.engine_core._client.pause()\n"
+            "        return self.trainer._get_per_token_logps_and_entropies\n"
+        ),
+        "workers/fences/__init__.py": "",
+        "workers/fences/vllm.py": "from vllm.v1 import _internal\ndef pause(llm):\n    llm._client.pause()\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    fence = "; move it to workers/fences/<library>.py"
+    assert private_uses(project_modules(tmp_path), tmp_path) == [
+        "orchestrator/pool.py:1: imports ray._private.worker, a private name of ray" + fence,
+        "orchestrator/pool.py:2: imports ray._private.services, a private name of ray" + fence,
+        "orchestrator/pool.py:3: imports transformers.models._internal, a private name of transformers" + fence,
+        "orchestrator/pool.py:6: `getattr(engine, '_engine_core')` reaches _engine_core, which the project does not define: "
+        "another library's private name" + fence,
+        "workers/engine.py:5: `self._llm.engine_core._client` reaches _client, which the project does not define: "
+        "another library's private name" + fence,
+        "workers/engine.py:6: `self.trainer._get_per_token_logps_and_entropies` reaches _get_per_token_logps_and_entropies, "
+        "which the project does not define: another library's private name" + fence,
+    ]
+
+
+def test_nothing_outside_the_rollout_package_reaches_into_a_pools_engines():
+    assert pool_reach_ins(project_modules(ROOT), ROOT) == []
+
+
+def test_the_check_catches_a_reach_into_the_pool(tmp_path):
+    files = {
+        "orchestrator/__init__.py": "",
+        "orchestrator/rollout/__init__.py": "",
+        "orchestrator/rollout/pool.py": "def size(pool):\n    return len(pool.engines.actors)\n",  # its own package
+        "orchestrator/training/__init__.py": "",
+        "orchestrator/training/loop.py": (
+            "def step(self, config):\n"
+            "    self.parts.pool.engines.resize(config.rollout.engines)\n"  # the config's field is no pool
+            "    return rollout_pool.engines\n"
+        ),
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    door = "reaches into the pool's engines; go through RolloutPool's own methods (orchestrator/rollout/pool.py)"
+    assert pool_reach_ins(project_modules(tmp_path), tmp_path) == [
+        f"orchestrator/training/loop.py:2: `self.parts.pool.engines` {door}",
+        f"orchestrator/training/loop.py:3: `rollout_pool.engines` {door}",
     ]

@@ -86,9 +86,9 @@ def _child(model: Path, samples: int, micro_batch_size: int | None, completion_t
 
 def _batch(learner, samples: int, completion_tokens: int, seed: int = 0) -> dict:
     import numpy as np
-    import pyarrow as pa
 
     from orchestrator.builtin import search_task
+    from orchestrator.rollout.samples import StepSamples
     from orchestrator.training.advantages import group_advantages
     from orchestrator.training.batch import learner_batch
 
@@ -98,11 +98,9 @@ def _batch(learner, samples: int, completion_tokens: int, seed: int = 0) -> dict
     prompt_ids = [prompt for prompt in prompts for _ in range(GENERATIONS)]
     completions = rng.integers(3, len(tokenizer), size=(samples, completion_tokens)).tolist()
     uniform = -float(np.log(len(tokenizer)))  # behaviour logprobs of a model that knows nothing yet
-    table = pa.table(
-        {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": [[uniform] * completion_tokens] * samples}
-    )
+    step = StepSamples.from_tokens(prompt_ids, completions, [[uniform] * completion_tokens] * samples)
     advantages = group_advantages(rng.random(samples), np.arange(samples) // GENERATIONS)
-    return learner_batch(table, advantages, tokenizer.pad_token_id)
+    return learner_batch(step, advantages, tokenizer.pad_token_id)
 
 
 def _run_one(model: str, samples: int, micro_batch_size: int | None, completion_tokens: int) -> dict:

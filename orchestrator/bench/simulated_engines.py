@@ -19,6 +19,7 @@ import itertools
 import random
 
 from orchestrator.bench.simulated_engine import SimulatedEngine, TokenTiming, completion_lengths
+from orchestrator.contracts.engine_death import EngineDiedError
 from orchestrator.contracts.fingerprint import TokenizerFingerprint
 from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.tokenizer import TokenizerBundle
@@ -27,8 +28,8 @@ from orchestrator.rollout.launcher import EngineLauncher
 CONTENT_TOKENS = 1 << 16  # synthetic token stream that completions are cut from
 
 
-class EngineDeadError(RuntimeError):
-    """A simulated engine was killed; the pool treats it as a dead vLLM engine (by this name)."""
+class EngineDeadError(EngineDiedError):
+    """A simulated engine was killed; the pool treats it as a dead vLLM engine."""
 
 
 class SyntheticContent:

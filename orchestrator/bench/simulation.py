@@ -37,13 +37,14 @@ def workload(prompts: int, num_generations: int, max_tokens: int, seed: int = 0)
     from orchestrator.builtin import search_task
     from orchestrator.builtin.tiny_model import tiny_model
     from orchestrator.data.stream import PromptStream
-    from orchestrator.training.requests import build_requests
+    from orchestrator.training.requests import build_requests, tokenize_prompts
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model().tokenizer_dir)
     texts = search_task.prompts(prompts, seed=seed)
     columns = [{"topic": search_task.topic_of(text)} for text in texts]
     sampling = SamplingConfig(max_tokens=max_tokens, temperature=1.0, seed=seed)
-    requests = build_requests(PromptStream(texts, seed=seed).take(prompts), tokenizer, num_generations, sampling)
+    items = PromptStream(texts, seed=seed).take(prompts)
+    requests = build_requests(items, tokenize_prompts(texts, tokenizer), num_generations, sampling)
     return tokenizer, requests, columns
 
 
@@ -110,7 +111,7 @@ def run(
 ) -> dict:
     from orchestrator.bench.simulated_engines import SimulatedLauncher
     from orchestrator.launch import connect, start_pool
-    from orchestrator.rollout.table import rollout_table
+    from orchestrator.rollout.samples import StepSamples
 
     result = {
         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}",
@@ -155,15 +156,15 @@ def run(
         launcher.close()
 
     cpu, wall = time.process_time(), time.perf_counter()
-    table = rollout_table(requests, results)
+    samples = StepSamples.assemble(requests, results)
     result["assembly"] = _costs(cpu, wall, len(requests))
     del results
     cpu, wall = time.process_time(), time.perf_counter()
-    rewards = _merge_and_normalise(table, scoring)
+    rewards = _merge_and_normalise(samples, scoring)
     result["rewards"] = _costs(cpu, wall, len(requests))
     result["rewards"]["mean"] = float(rewards.mean())
-    result["samples"] = table.num_rows
-    result["groups_exactly_once"] = _exactly_once(table, requests)
+    result["samples"] = len(samples)
+    result["groups_exactly_once"] = _exactly_once(samples, requests)
     result["max_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     return result
 
@@ -243,19 +244,18 @@ def _ray_processes_cpu() -> float:
     return total
 
 
-def _merge_and_normalise(table, scoring):
+def _merge_and_normalise(samples, scoring):
     """What the train step does once generation is over: collect the groups' rewards in request
-    order, normalise advantages within each group, and add the training columns to the table."""
+    order, normalise advantages within each group, and set both on the step's samples."""
     import numpy as np
 
-    from orchestrator.rollout.table import with_training_columns
     from orchestrator.training.advantages import group_advantages
 
     scores = scoring.scores()
-    rewards = np.asarray(scores["reward"])
-    advantages = group_advantages(rewards, np.asarray(table.column("group_id")))
-    with_training_columns(table, 1, scores, advantages)
-    return rewards
+    samples.reward = np.asarray(scores["reward"], dtype=np.float64)
+    samples.rewards = {name: np.asarray(values, np.float64) for name, values in scores.items() if name.startswith("rewards/")}
+    samples.advantage = group_advantages(samples.reward, samples.group_id)
+    return samples.reward
 
 
 def _costs(cpu: float, wall: float, groups: int) -> dict:
@@ -263,8 +263,8 @@ def _costs(cpu: float, wall: float, groups: int) -> dict:
     return {"seconds": wall_s, "cpu_s": cpu_s, "ms_per_group": wall_s / groups * 1e3}
 
 
-def _exactly_once(table, requests: list[GroupRequest]) -> bool:
-    counts = collections.Counter(zip(table.column("group_id").to_pylist(), table.column("sample_index").to_pylist()))
+def _exactly_once(samples, requests: list[GroupRequest]) -> bool:
+    counts = collections.Counter(zip(samples.group_id.tolist(), samples.sample_index.tolist()))
     wanted = {(r.group_id, s) for r in requests for s in range(r.num_generations)}
     return set(counts) == wanted and all(c == 1 for c in counts.values())
 
@@ -315,7 +315,7 @@ def table(r: dict) -> str:
             f"machine load {gen['load_average_1min_at_end']:.1f} at the end",
         ),
         (
-            "batch assembly (Arrow table)",
+            "batch assembly (step samples)",
             f"{r['assembly']['ms_per_group']:.3f} ms/group",
             f"{r['assembly']['seconds']:.1f}s for all",
         ),

@@ -54,7 +54,8 @@ def run_generate(args: argparse.Namespace) -> int:
     from orchestrator.launch import connect, rollout_cpus, start_pool
     from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, resolve_model
     from orchestrator.rollout.groups import make_groups
-    from orchestrator.rollout.table import rollout_table, write_parquet
+    from orchestrator.rollout.parquet import rollout_table, write_parquet
+    from orchestrator.rollout.samples import StepSamples
 
     model, tokenizer_name = resolve_model(args.model, args.tokenizer, keys=("--model", "--tokenizer"))
     tokenizer = load_tokenizer(tokenizer_name)
@@ -74,11 +75,11 @@ def run_generate(args: argparse.Namespace) -> int:
         results, seconds = _generate_with_progress(pool, requests)
     finally:
         pool.shutdown()
-    table = rollout_table(requests, results)
-    write_parquet(table, out)
-    tokens = sum(len(ids) for ids in table.column("completion_ids").to_pylist())
+    samples = StepSamples.assemble(requests, results)
+    write_parquet(rollout_table(samples), out)
+    tokens = int(samples.completion_ids.lengths.sum())
     print(
-        f"generated {table.num_rows} samples ({len(requests)} prompts x {args.num_generations}) on {rollout.engines} "
+        f"generated {len(samples)} samples ({len(requests)} prompts x {args.num_generations}) on {rollout.engines} "
         f"engine(s): {tokens} completion tokens in {seconds:.1f}s = {tokens / seconds:.0f} tokens/s -> {out}"
     )
     return 0

@@ -62,7 +62,15 @@ def run_train(args: argparse.Namespace) -> int:
     )
     try:
         metrics = GRPORun(
-            config, checked.prompts, run_dir, components, resume, checked.columns, checked.conversations, checked.eval_set
+            config,
+            checked.prompts,
+            run_dir,
+            components,
+            resume,
+            checked.columns,
+            checked.conversations,
+            checked.eval_set,
+            checked.prompt_ids,
         ).run()
     finally:
         components.shutdown()

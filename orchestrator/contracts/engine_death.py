@@ -3,9 +3,18 @@
 The pool replaces an engine whose call failed this way and sends its groups elsewhere; a weight
 sync reports such an engine as dead instead of failing the run. Any other failure propagates.
 An engine whose weight load failed part-way is alive but unusable, so it counts as dead too.
+
+Failures are recognised by exception type: Ray's error for a dead actor, and, as the error or as
+the cause a Ray task error carries, vLLM's engine errors, a timeout, or a failed weight load.
 """
 
 from __future__ import annotations
+
+import sys
+
+# Where vLLM 0.32 defines `EngineDeadError` (its engine core died) and `EngineGenerateError` (a
+# request failed inside the engine); workers/fences/vllm.py holds the engines to that release.
+VLLM_ENGINE_ERRORS = "vllm.v1.engine.exceptions"
 
 
 class WeightLoadFailedError(RuntimeError):
@@ -13,8 +22,22 @@ class WeightLoadFailedError(RuntimeError):
     generates again (it stays paused until it is replaced)."""
 
 
-# Causes that mean "replace it".
-ENGINE_DEATHS = {"EngineDeadError", "EngineGenerateError", "TimeoutError", WeightLoadFailedError.__name__}
+class EngineDiedError(RuntimeError):
+    """An engine that is not vLLM's (a simulated one, bench/simulated_engines.py) died; vLLM's engines
+    raise vLLM's own errors."""
+
+
+def engine_death_types() -> tuple[type[BaseException], ...]:
+    """The exception types that mean "replace it". `TimeoutError` is also `asyncio.TimeoutError`
+    (Python 3.11+): a group past `rollout.request_timeout_s`, or an engine past a sync's deadline."""
+    deaths: tuple[type[BaseException], ...] = (TimeoutError, WeightLoadFailedError, EngineDiedError)
+    # vLLM is not imported here: that takes seconds, and the driver has no other use for it. Nor does
+    # it need to be: an engine's error reaches this process pickled, and unpickling a vLLM exception
+    # imports the module that defines it, so while that module is not loaded no vLLM error exists here.
+    vllm_errors = sys.modules.get(VLLM_ENGINE_ERRORS)
+    if vllm_errors is not None:
+        deaths += (vllm_errors.EngineDeadError, vllm_errors.EngineGenerateError)
+    return deaths
 
 
 def is_engine_death(error: BaseException) -> bool:
@@ -22,8 +45,9 @@ def is_engine_death(error: BaseException) -> bool:
 
     if isinstance(error, ray.exceptions.RayActorError):
         return True
-    cause = getattr(error, "cause", None)
-    return type(cause).__name__ in ENGINE_DEATHS or type(error).__name__ in ENGINE_DEATHS
+    deaths = engine_death_types()
+    # A Ray task error keeps the exception the actor raised as `.cause`.
+    return isinstance(error, deaths) or isinstance(getattr(error, "cause", None), deaths)
 
 
 def reason(error: BaseException) -> str:

@@ -42,9 +42,10 @@ class Sample:
     finish_reason: str  # "stop" (EOS or a configured stop) or "length"
     stop_reason: str | None  # the stop string, or the stop token id as text; None for EOS/length
     stop_token_id: int | None  # the stop token id when one ended the sample
-    # Multi-turn samples: completion_ids interleave model and observation tokens; observation_mask
-    # marks the observation tokens (never trained on), whose logprobs are None.
-    observation_mask: list[int] | None = None  # None: every token is the model's
+    # Multi-turn samples: completion_ids interleave the model's tokens and a tool's observation tokens;
+    # tool_mask (TRL's name and polarity) is 1 for the model's, 0 for an observation token (never
+    # trained on; its logprob is None).
+    tool_mask: list[int] | None = None  # None: every token is the model's
     turns: int = 1
     tool_calls: list[ToolCall] = dataclasses.field(default_factory=list)
 

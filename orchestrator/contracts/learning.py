@@ -12,6 +12,8 @@ from pydantic import Field, model_validator
 
 from orchestrator.contracts.strict import StrictModel
 
+LEARNER_STATE = "learner_state.pt"  # in a checkpoint: optimizer, scheduler, RNG, policy version (beside the HF model)
+
 
 class LearnerConfig(StrictModel):
     workers: int = Field(

@@ -1,4 +1,4 @@
-"""The learner's batch, assembled from the step's rollout table (Arrow) as padded numpy arrays.
+"""Where a sample is trained on: the learner's batch, padded numpy arrays made from the step's samples.
 
 Prompts are left-padded and completions right-padded, as TRL expects. The completion mask covers
 every generated token up to and including the one that ended the sample (EOS or a stop token):
@@ -13,35 +13,30 @@ leaves them out of the loss, and the learner out of the logprob comparison.
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
+
+from orchestrator.rollout.samples import StepSamples
 
 
-def learner_batch(table: pa.Table, advantages: np.ndarray, pad_token_id: int) -> dict[str, np.ndarray]:
-    prompts = table.column("prompt_ids").to_pylist()
-    completions = table.column("completion_ids").to_pylist()
-    logprobs = table.column("logprobs").to_pylist()
-    rows = len(prompts)
-    observed = table.column("observation_mask").to_pylist() if "observation_mask" in table.column_names else [[]] * rows
-    prompt_width = max(len(p) for p in prompts)
-    completion_width = max(1, max(len(c) for c in completions))
+def learner_batch(samples: StepSamples, advantages: np.ndarray, pad_token_id: int) -> dict[str, np.ndarray]:
+    wrong = np.flatnonzero(samples.logprobs.lengths != samples.completion_ids.lengths)
+    if wrong.size:
+        row = int(wrong[0])
+        raise ValueError(
+            f"row {row}: {samples.completion_ids.lengths[row]} completion tokens but {samples.logprobs.lengths[row]} logprobs"
+        )
+    prompt_width = int(samples.prompt_ids.lengths.max())
+    completion_width = max(1, int(samples.completion_ids.lengths.max()))
+    prompt_ids, prompt_mask = samples.prompt_ids.padded(prompt_width, pad_token_id, np.int64, left=True)
+    completion_ids, completion_mask = samples.completion_ids.padded(completion_width, pad_token_id, np.int64)
+    logps, _ = samples.logprobs.padded(completion_width, 0.0, np.float32)
     batch = {
-        "prompt_ids": np.full((rows, prompt_width), pad_token_id, dtype=np.int64),
-        "prompt_mask": np.zeros((rows, prompt_width), dtype=np.int64),
-        "completion_ids": np.full((rows, completion_width), pad_token_id, dtype=np.int64),
-        "completion_mask": np.zeros((rows, completion_width), dtype=np.int64),
-        "old_per_token_logps": np.zeros((rows, completion_width), dtype=np.float32),
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "old_per_token_logps": np.nan_to_num(logps, nan=0.0),  # observation tokens have none
         "advantages": np.asarray(advantages, dtype=np.float32),
     }
-    if any(any(mask) for mask in observed):
-        batch["tool_mask"] = np.ones((rows, completion_width), dtype=np.int64)
-    for row, (prompt, completion, logp, mask) in enumerate(zip(prompts, completions, logprobs, observed)):
-        if len(logp) != len(completion):
-            raise ValueError(f"row {row}: {len(completion)} completion tokens but {len(logp)} logprobs")
-        batch["prompt_ids"][row, prompt_width - len(prompt) :] = prompt
-        batch["prompt_mask"][row, prompt_width - len(prompt) :] = 1
-        batch["completion_ids"][row, : len(completion)] = completion
-        batch["completion_mask"][row, : len(completion)] = 1
-        batch["old_per_token_logps"][row, : len(completion)] = [0.0 if value is None else value for value in logp]
-        if "tool_mask" in batch:
-            batch["tool_mask"][row, : len(completion)] = 1 - np.asarray(mask, dtype=np.int64)
+    if not samples.tool_mask.values.all():
+        batch["tool_mask"], _ = samples.tool_mask.padded(completion_width, 1, np.int64)
     return batch

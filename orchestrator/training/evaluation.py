@@ -25,13 +25,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.groups import GroupRequest
-from orchestrator.data.conversations import encode
 from orchestrator.rewards.scoring import RewardScorer
-from orchestrator.rollout.table import rollout_table, write_parquet
+from orchestrator.rollout.parquet import rollout_table, write_parquet
+from orchestrator.rollout.samples import StepSamples
 
 EVAL_GROUP_BASE = 1 << 40  # far beyond any training stream position
 EVAL_SEED_OFFSET = 7_919_000  # eval prompt i samples with seed + this + i: apart from training groups' seeds
@@ -46,15 +45,13 @@ class EvalSet:
     prompts: list[str]  # the text the engines continue
     columns: list[dict]  # each prompt's other dataset columns (reward kwargs)
     conversations: list[list[dict]] | None  # the messages, when the prompts were conversations
+    prompt_ids: list[list[int]]  # each prompt's ids with the canonical tokenizer, computed once
 
 
 class Evaluation:
-    def __init__(self, config: TrainConfig, eval_set: EvalSet, tokenizer):
-        """`tokenizer`: the canonical one, as for training prompts."""
+    def __init__(self, config: TrainConfig, eval_set: EvalSet):
         self.config = config
         self.set = eval_set
-        conversational = eval_set.conversations is not None
-        self.prompt_ids = [encode(tokenizer, prompt, conversational) for prompt in eval_set.prompts]
         temperature = config.temperature if config.eval_temperature is None else config.eval_temperature
         self.sampling = config.sampling().model_copy(update={"temperature": temperature})
         self.scorer = RewardScorer(  # the reward functions get exactly what they get in training
@@ -85,7 +82,7 @@ class Evaluation:
                 sampling=sampling,
                 tools=self.config.tool_use(),
             )
-            for index, (prompt, ids) in enumerate(zip(self.set.prompts, self.prompt_ids))
+            for index, (prompt, ids) in enumerate(zip(self.set.prompts, self.set.prompt_ids))
         ]
 
     def run(self, pool, step: int, folder: Path) -> dict:
@@ -94,32 +91,29 @@ class Evaluation:
         start = time.perf_counter()
         requests = self.requests()
         self.rounds += 1
-        scoring = self.scorer.begin(requests)
-        table = rollout_table(requests, pool.generate(requests, on_result=scoring.add))
-        rewards = np.asarray(scoring.close().scores()["reward"], dtype=np.float64)
-        table = table.add_column(0, "step", pa.array([step] * table.num_rows, pa.int64()))
-        write_parquet(table.append_column("reward", pa.array(rewards, pa.float64())), folder / f"step-{step:06d}.parquet")
-        metrics = eval_metrics(table, rewards, self.config.eval_num_generations)
+        rewards = self.scorer.begin(requests)
+        samples = StepSamples.assemble(requests, pool.generate(requests, on_result=rewards.add))
+        samples.reward = np.asarray(rewards.close().scores()["reward"], dtype=np.float64)
+        write_parquet(rollout_table(samples, step), folder / f"step-{step:06d}.parquet")
+        metrics = eval_metrics(samples, self.config.eval_num_generations)
         metrics["time/eval"] = time.perf_counter() - start
         return metrics
 
 
-def eval_metrics(table: pa.Table, rewards: np.ndarray, k: int) -> dict:
-    """Reward, pass@1, pass@k and length of one evaluation round."""
-    groups = np.asarray(table.column("group_id").to_pylist())
+def eval_metrics(samples: StepSamples, k: int) -> dict:
+    """Reward, pass@1, pass@k and length of one evaluation round (the samples' rewards set)."""
+    rewards = samples.reward
     passed = rewards >= PASS_REWARD
-    any_passed = [bool(passed[groups == group].any()) for group in dict.fromkeys(groups.tolist())]
-    completions = table.column("completion_ids").to_pylist()
-    observed = table.column("observation_mask").to_pylist()
-    lengths = [len(ids) - sum(mask) for ids, mask in zip(completions, observed)]  # the model's tokens
+    groups, member_of = np.unique(samples.group_id, return_inverse=True)
+    any_passed = np.bincount(member_of, weights=passed, minlength=len(groups)) > 0
     return {
         "eval/reward_mean": float(rewards.mean()),
         "eval/reward_std": float(rewards.std()),
         "eval/pass@1": float(passed.mean()),
         f"eval/pass@{k}": float(np.mean(any_passed)),
-        "eval/completion_length": float(np.mean(lengths)),
-        "eval/samples": int(table.num_rows),
-        "eval/policy_version": int(min(table.column("policy_version").to_pylist())),
+        "eval/completion_length": float(np.mean(samples.model_tokens())),  # the model's tokens
+        "eval/samples": len(samples),
+        "eval/policy_version": int(samples.policy_version.min()),
     }
 
 

@@ -18,14 +18,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.errors import LearnerDiedError, RunError
 from orchestrator.data.stream import PromptStream
 from orchestrator.launch import Components
 from orchestrator.rewards.scoring import RewardScorer, StepRewards
-from orchestrator.rollout.table import rollout_table, with_training_columns, write_parquet
+from orchestrator.rollout.parquet import rollout_table, write_parquet
+from orchestrator.rollout.samples import StepSamples
 from orchestrator.training import plots
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
@@ -34,7 +34,7 @@ from orchestrator.training.evaluation import EvalSet, Evaluation
 from orchestrator.training.evaluation import progress_line as eval_progress_line
 from orchestrator.training.metrics import MetricsLog, progress_line, read_metrics, rollout_metrics
 from orchestrator.training.prefetch import Prefetcher
-from orchestrator.training.requests import build_requests
+from orchestrator.training.requests import build_requests, tokenize_prompts
 from orchestrator.training.run_dir import ResumeState, RunDir, resume_hint
 from orchestrator.training.trackers import make_trackers
 
@@ -50,13 +50,18 @@ class GRPORun:
         columns: list[dict] | None = None,
         conversations: list[list[dict]] | None = None,
         eval_set: EvalSet | None = None,
+        prompt_ids: list[list[int]] | None = None,
     ):
         """`columns`: each prompt's other dataset columns, passed to reward functions by name.
         `conversations`: each prompt's messages when the prompts are conversations (`prompts` are
-        then their rendered text). `eval_set`: held-out prompts (training/evaluation.py)."""
+        then their rendered text). `eval_set`: held-out prompts (training/evaluation.py).
+        `prompt_ids`: each prompt's token ids as preflight computed them (default: tokenised here, once)."""
         self.config = config
         self.conversations = conversations
-        self.evaluation = Evaluation(config, eval_set, components.tokenizer) if eval_set is not None else None
+        if prompt_ids is None:
+            prompt_ids = tokenize_prompts(prompts, components.tokenizer, conversational=conversations is not None)
+        self.prompt_ids = prompt_ids
+        self.evaluation = Evaluation(config, eval_set) if eval_set is not None else None
         self.run_dir = run_dir
         self.parts = components
         resume = resume or ResumeState(step=0, stream_position=0, policy_version=0)
@@ -151,14 +156,14 @@ class GRPORun:
         self._stop_requested = True
         print("\ninterrupt: finishing this step, then saving a checkpoint (Ctrl-C again to abort)", flush=True)
 
-    def _generate(self, requests) -> tuple[pa.Table, StepRewards]:
-        """The step's rollout table in request order, and its scoring (reward tasks started as groups
-        came back). Runs on the thread that owns the pool (the generation thread in async mode), so
+    def _generate(self, requests) -> tuple[StepSamples, StepRewards]:
+        """The step's samples in request order, and its rewards (reward tasks started as groups came
+        back). Runs on the thread that owns the pool (the generation thread in async mode), so
         pool changes (scaling requests, replacements) never race with a running `generate`."""
         self._apply_control()
-        scoring = self.scorer.begin(requests)
-        results = self.parts.pool.generate(requests, on_result=scoring.add)
-        return rollout_table(requests, results), scoring.close()
+        rewards = self.scorer.begin(requests)
+        results = self.parts.pool.generate(requests, on_result=rewards.add)
+        return StepSamples.assemble(requests, results), rewards.close()
 
     def _evaluate(self, step: int) -> dict:
         """The held-out prompts with the weights this step produced, generated on the thread that
@@ -167,16 +172,9 @@ class GRPORun:
 
     def _requests(self):
         items = self.stream.take(self.config.prompts_per_step)
-        return build_requests(
-            items,
-            self.parts.tokenizer,
-            self.config.num_generations,
-            self.sampling,
-            self.tool_use,
-            conversational=self.conversations is not None,
-        )
+        return build_requests(items, self.prompt_ids, self.config.num_generations, self.sampling, self.tool_use)
 
-    def _next_batch(self, step: int) -> tuple[pa.Table, StepRewards]:
+    def _next_batch(self, step: int) -> tuple[StepSamples, StepRewards]:
         """On-policy (max_staleness 0): generate now. Async (max_staleness >= 1): take the batch
         generated while the previous step trained, and start generating the next one, which then
         overlaps this step's reward, training and sync."""
@@ -184,16 +182,16 @@ class GRPORun:
             return self._generate(self._requests())
         if not self._prefetch.running:
             self._prefetch.submit(self._requests())  # the stream advances on the main thread
-        table, scoring = self._prefetch.take()
+        samples, rewards = self._prefetch.take()
         if step < self.config.max_steps:
             self._prefetch.submit(self._requests())
-        oldest = min(table.column("policy_version").to_pylist())
+        oldest = int(samples.policy_version.min())
         if oldest < self.weights.version - self.config.max_staleness:
             raise RunError(
                 f"step {step}: a sample of policy {oldest} is older than max_staleness={self.config.max_staleness} "
                 f"allows (current policy {self.weights.version})"
             )
-        return table, scoring
+        return samples, rewards
 
     def _apply_control(self) -> None:
         """Pick up `python -m orchestrator scale RUN_DIR --engines N` between steps."""
@@ -204,16 +202,17 @@ class GRPORun:
 
     def step(self, step: int) -> dict:
         start = time.perf_counter()
-        table, scoring = self._next_batch(step)
+        samples, rewards = self._next_batch(step)
         generated = time.perf_counter()
 
-        scores = scoring.scores()
-        rewards = np.asarray(scores["reward"])
-        advantages = group_advantages(rewards, np.asarray(table.column("group_id")), self.config.scale_rewards)
+        scores = rewards.scores()
+        samples.reward = np.asarray(scores["reward"], dtype=np.float64)
+        samples.rewards = {name: np.asarray(values, np.float64) for name, values in scores.items() if name.startswith("rewards/")}
+        samples.advantage = group_advantages(samples.reward, samples.group_id, self.config.scale_rewards)
         scored = time.perf_counter()
 
-        batch = learner_batch(table, advantages, self.parts.tokenizer.pad_token_id)
-        learner_metrics = self.parts.learner.train_step(batch, np.asarray(table.column("group_id")))
+        batch = learner_batch(samples, samples.advantage, self.parts.tokenizer.pad_token_id)
+        learner_metrics = self.parts.learner.train_step(batch, samples.group_id)
         trained = time.perf_counter()
 
         self.weights.version += 1
@@ -221,14 +220,13 @@ class GRPORun:
         sync = self.parts.pool.sync_weights(self.weights, replace_now=not self._prefetch.running)
         synced = time.perf_counter()
 
-        table = with_training_columns(table, step, scores, advantages)
-        write_parquet(table, self.run_dir.rollout_file(step))
-        versions = table.column("policy_version").to_pylist()
+        write_parquet(rollout_table(samples, step), self.run_dir.rollout_file(step))
+        oldest = int(samples.policy_version.min())
         metrics = {
             "step": step,
-            "policy_version": int(min(versions)),
-            "staleness/max": int(self.weights.version - 1 - min(versions)),
-            **rollout_metrics(table, self.parts.tokenizer.eos_token_id, tools=self.tool_use is not None),
+            "policy_version": oldest,
+            "staleness/max": int(self.weights.version - 1 - oldest),
+            **rollout_metrics(samples, self.parts.tokenizer.eos_token_id, tools=self.tool_use is not None),
             **learner_metrics,
             "reward_errors": scores["reward_errors"],
             "engines": self.parts.pool.size,
@@ -241,7 +239,7 @@ class GRPORun:
             "time/sync": synced - trained,
         }
         metrics["time/step"] = time.perf_counter() - start
-        metrics["samples_per_s"] = table.num_rows / metrics["time/step"]
+        metrics["samples_per_s"] = len(samples) / metrics["time/step"]
         return metrics
 
     def save(self, step: int) -> Path:

@@ -1,4 +1,4 @@
-"""Per-step metrics: computed from the step's rollout table, written to metrics.jsonl, printed."""
+"""Per-step metrics: computed from the step's samples (rollout/samples.py), written to metrics.jsonl, printed."""
 
 from __future__ import annotations
 
@@ -6,54 +6,50 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
+
+from orchestrator.rollout.samples import StepSamples
 
 
-def rollout_metrics(table: pa.Table, eos_token_id: int | None, tools: bool = False) -> dict[str, float]:
-    """Reward, length and how-it-ended statistics of one step's samples; with `tools`, tool-call
-    statistics too (on every step, zeros included, so every line of metrics.jsonl has the keys)."""
-    rewards = np.asarray(table.column("reward").to_pylist(), dtype=np.float64)
-    completions = table.column("completion_ids").to_pylist()
-    observed = table.column("observation_mask").to_pylist()
-    lengths = np.asarray([len(c) - sum(m) for c, m in zip(completions, observed)], dtype=np.float64)  # model tokens
-    finish = table.column("finish_reason").to_pylist()
-    stop_reason = table.column("stop_reason").to_pylist()
-    at_eos = [
-        f == "stop" and s is None and bool(c) and c[-1] == eos_token_id for f, s, c in zip(finish, stop_reason, completions)
-    ]
-    at_stop = [f == "stop" and s is not None for f, s in zip(finish, stop_reason)]
-    truncated = [f == "length" for f in finish]
+def rollout_metrics(samples: StepSamples, eos_token_id: int | None, tools: bool = False) -> dict[str, float]:
+    """Reward, length and how-it-ended statistics of one step's samples (their rewards set); with
+    `tools`, tool-call statistics too (on every step, zeros included, so every line of metrics.jsonl
+    has the keys)."""
+    rewards = samples.reward
+    lengths = samples.model_tokens()  # a tool's observation tokens are not the model's
+    stopped = samples.finish_reason == "stop"
+    by_stop = np.fromiter((reason is not None for reason in samples.stop_reason), dtype=bool, count=len(samples))
+    last = samples.completion_ids.last(empty=-1)
+    at_eos = stopped & ~by_stop & (samples.completion_ids.lengths > 0) & (last == (-1 if eos_token_id is None else eos_token_id))
     metrics = {
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()),
-        "samples": int(table.num_rows),
+        "samples": len(samples),
         "completion_tokens": int(lengths.sum()),
         "completion_length/mean": float(lengths.mean()),
         "completion_length/min": float(lengths.min()),
         "completion_length/max": float(lengths.max()),
         "ended/eos": float(np.mean(at_eos)),
-        "ended/stop": float(np.mean(at_stop)),
-        "ended/truncated": float(np.mean(truncated)),
+        "ended/stop": float(np.mean(stopped & by_stop)),
+        "ended/truncated": float(np.mean(samples.finish_reason == "length")),
     }
     if tools:
-        metrics.update(tool_metrics(table, observed))
-    for name in table.column_names:
-        if name.startswith("rewards/"):
-            metrics[f"{name}/mean"] = float(np.mean(table.column(name).to_pylist()))
+        metrics.update(tool_metrics(samples))
+    for name, values in samples.rewards.items():
+        metrics[f"{name}/mean"] = float(np.mean(values))
     return metrics
 
 
-def tool_metrics(table: pa.Table, observed: list[list[int]]) -> dict[str, float]:
+def tool_metrics(samples: StepSamples) -> dict[str, float]:
     """How multi-turn samples went: turns, tool calls by outcome, tool latency, observation tokens."""
-    calls = [call for sample in table.column("tool_calls").to_pylist() for call in sample]
-    latencies = [call["latency_s"] for call in calls]
+    calls = [call for sample_calls in samples.tool_calls for call in sample_calls]
+    latencies = [call.latency_s for call in calls]
     return {
-        "turns/mean": float(np.mean(table.column("turns").to_pylist())),
+        "turns/mean": float(np.mean(samples.turns)),
         "tools/calls": len(calls),
-        "tools/errors": sum(call["status"] == "error" for call in calls),
-        "tools/timeouts": sum(call["status"] == "timeout" for call in calls),
+        "tools/errors": sum(call.status == "error" for call in calls),
+        "tools/timeouts": sum(call.status == "timeout" for call in calls),
         "tools/latency_mean_s": float(np.mean(latencies)) if latencies else 0.0,
-        "observation_tokens/mean": float(np.mean([sum(m) for m in observed])),
+        "observation_tokens/mean": float(np.mean(samples.completion_ids.lengths - samples.model_tokens())),
     }
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.errors import UserError
 from orchestrator.training.evaluation import EvalSet
+from orchestrator.training.requests import tokenize_prompts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,6 +19,7 @@ class Checked:
     tokenizer: str
     prompts: list[str]
     columns: list[dict]  # each prompt's other dataset columns (reward functions get them as kwargs)
+    prompt_ids: list[list[int]]  # each prompt's ids with the canonical tokenizer: what the engines receive
     dropped_prompts: int
     longest_prompt: int  # tokens
     # Chat prompts and evaluation (data/conversations.py, training/evaluation.py)
@@ -27,7 +29,7 @@ class Checked:
 
 
 def preflight(config: TrainConfig) -> Checked:
-    from orchestrator.data.conversations import encode, read_chat_template, render_records, split_messages
+    from orchestrator.data.conversations import read_chat_template, render_records, split_messages
     from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, resolve_model
     from orchestrator.rewards.functions import resolve
     from orchestrator.training.trackers import check_available
@@ -44,34 +46,35 @@ def preflight(config: TrainConfig) -> Checked:
     _check_embedding_size(model, tokenizer, resized=bool(config.added_tokens))
     check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
     records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.prompts)
-    lengths = [len(encode(tokenizer, record["prompt"], chat)) for record in records]
-    records, lengths, dropped = _check_prompt_lengths(records, lengths, config)
+    prompt_ids = tokenize_prompts([record["prompt"] for record in records], tokenizer, chat)
+    records, prompt_ids, dropped = _check_prompt_lengths(records, prompt_ids, config)
+    lengths = [len(ids) for ids in prompt_ids]
     check_prompt_fits(lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), config.prompts)
     conversations = split_messages(records, chat)
     prompts = [record["prompt"] for record in records]
     columns = [{key: value for key, value in record.items() if key != "prompt"} for record in records]
-    eval_set, eval_lengths = _eval_set(config, tokenizer, tokenizer_name, model)
-    return Checked(
-        model, tokenizer_name, prompts, columns, dropped, max(lengths + eval_lengths), conversations, eval_set, template
-    )
+    eval_set = _eval_set(config, tokenizer, tokenizer_name, model)
+    longest = max(lengths + [len(ids) for ids in (eval_set.prompt_ids if eval_set else [])])
+    return Checked(model, tokenizer_name, prompts, columns, prompt_ids, dropped, longest, conversations, eval_set, template)
 
 
-def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str) -> tuple[EvalSet | None, list[int]]:
+def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str) -> EvalSet | None:
     """The held-out prompts, read, rendered and checked like the training prompts (none is dropped)."""
-    from orchestrator.data.conversations import encode, render_records, split_messages
+    from orchestrator.data.conversations import render_records, split_messages
     from orchestrator.models import check_prompt_fits, context_limit
 
     if config.eval_prompts is None:
-        return None, []
+        return None
     records = _records_from(config.eval_prompts, "eval_prompts")
     records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.eval_prompts)
-    lengths = [len(encode(tokenizer, record["prompt"], chat)) for record in records]
+    prompt_ids = tokenize_prompts([record["prompt"] for record in records], tokenizer, chat)
+    lengths = [len(ids) for ids in prompt_ids]
     check_prompt_fits(
         lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), config.eval_prompts
     )
     conversations = split_messages(records, chat)
     columns = [{key: value for key, value in record.items() if key != "prompt"} for record in records]
-    return EvalSet(config.eval_prompts, [record["prompt"] for record in records], columns, conversations), lengths
+    return EvalSet(config.eval_prompts, [record["prompt"] for record in records], columns, conversations, prompt_ids)
 
 
 def _check_tools(config: TrainConfig) -> None:
@@ -113,19 +116,21 @@ def _check_embedding_size(model: str, tokenizer, resized: bool) -> None:
         )
 
 
-def _check_prompt_lengths(records: list[dict], lengths: list[int], config: TrainConfig) -> tuple[list[dict], list[int], int]:
+def _check_prompt_lengths(
+    records: list[dict], prompt_ids: list[list[int]], config: TrainConfig
+) -> tuple[list[dict], list[list[int]], int]:
     limit = config.max_prompt_length
     if limit is None:
-        return records, lengths, 0
+        return records, prompt_ids, 0
     kept = []
-    for index, (record, length) in enumerate(zip(records, lengths)):
-        if length <= limit:
-            kept.append((record, length))
+    for index, (record, ids) in enumerate(zip(records, prompt_ids)):
+        if len(ids) <= limit:
+            kept.append((record, ids))
         elif not config.drop_long_prompts:
             raise UserError(
-                f"prompt {index} ({config.prompts}) has {length} tokens, more than max_prompt_length={limit} "
+                f"prompt {index} ({config.prompts}) has {len(ids)} tokens, more than max_prompt_length={limit} "
                 "(raise max_prompt_length, or set drop_long_prompts: true to skip such prompts)"
             )
     if not kept:
         raise UserError(f"every prompt is longer than max_prompt_length={limit}")
-    return [r for r, _ in kept], [n for _, n in kept], len(records) - len(kept)
+    return [r for r, _ in kept], [ids for _, ids in kept], len(records) - len(kept)

@@ -24,10 +24,10 @@ from pathlib import Path
 import yaml
 
 from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.learning import LEARNER_STATE
 from orchestrator.output_paths import check_creatable
 
 STATE_FILE = "orchestrator_state.json"
-LEARNER_STATE = "learner_state.pt"  # written by the learner's save (workers/learner/grpo.py)
 
 
 @dataclasses.dataclass(frozen=True)

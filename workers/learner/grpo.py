@@ -3,7 +3,8 @@
 TRL's `GRPOTrainer` is built once (for its loss, optimizer and scheduler) and driven through its
 `compute_loss` seam: the orchestrator's batch carries prompt/completion ids and masks, the
 group-normalised advantages and the engines' logprobs as the behaviour (old) logprobs. No second
-GRPO loss lives in this project.
+GRPO loss lives in this project. The two TRL internals it needs (the per-token logprob forward
+pass, the gradient-accumulation count) go through workers/fences/trl.py.
 
 A step goes through forward and backward in micro-batches of `learner.micro_batch_size` samples
 (all at once when null), accumulating gradients into one optimizer step per generation round;
@@ -25,12 +26,10 @@ import time
 import numpy as np
 import torch
 
-from orchestrator.contracts.learning import GRPOSettings
+from orchestrator.contracts.learning import LEARNER_STATE, GRPOSettings
+from workers.fences import trl as fenced_trl
 from workers.learner import sharding
 from workers.learner.model_setup import load_model, load_tokenizer
-from workers.weights.buckets import WeightBucket, pack
-
-LEARNER_STATE = "learner_state.pt"
 
 
 def _unused_reward(prompts, completions, **kwargs):  # GRPOTrainer wants one; rewards are ours
@@ -85,7 +84,7 @@ class GRPOLearner:
         self.trainer.create_optimizer_and_scheduler(num_training_steps=config.max_steps)
         # Micro-batches are weighted by `_share` instead: TRL's accumulation divides every micro-batch's
         # loss by the same count, which is exact only when all have the same number of samples.
-        self.trainer.current_gradient_accumulation_steps = 1
+        fenced_trl.weight_micro_batches_ourselves(self.trainer)
         accelerator = self.trainer.accelerator
         # Data parallelism comes from accelerate finding the process group open: DDP, or FSDP2 sharding.
         self.sharded = config.learner.fsdp
@@ -100,19 +99,12 @@ class GRPOLearner:
             )
         self.policy_version = 0
         self._gather_weights()
-        self._capture_policy_logps()
+        # Keep the per-token logprobs TRL computes inside `compute_loss`, so the sync diagnostic
+        # (engine vs learner logprobs) costs no extra forward pass.
+        fenced_trl.capture_policy_logps(self.trainer, self._keep_policy_logps)
 
-    def _capture_policy_logps(self) -> None:
-        """Keep the per-token logprobs TRL computes inside `compute_loss`, so the sync diagnostic
-        (engine vs learner logprobs) costs no extra forward pass."""
-        compute = self.trainer._get_per_token_logps_and_entropies
-
-        def capturing(*args, **kwargs):
-            result = compute(*args, **kwargs)
-            self._policy_logps = result[0].detach()
-            return result
-
-        self.trainer._get_per_token_logps_and_entropies = capturing
+    def _keep_policy_logps(self, logps: torch.Tensor) -> None:
+        self._policy_logps = logps
 
     @property
     def device(self) -> torch.device:
@@ -168,7 +160,7 @@ class GRPOLearner:
             # Under DDP only the last micro-batch should all-reduce gradients. Sharded, every micro-batch
             # reduce-scatters its own: holding them back would keep a whole unsharded gradient per rank.
             with contextlib.nullcontext() if last or self.sharded else self.trainer.accelerator.no_sync(self.model):
-                loss = self.trainer.compute_loss(self.model, chunk) * self._share(chunk_mask, rows, tokens)
+                loss = self.trainer.compute_loss(self.model, _trl_inputs(chunk)) * self._share(chunk_mask, rows, tokens)
                 self.trainer.accelerator.backward(loss)
             loss_sum += loss.detach()
             # compute_loss's forward pass left the policy logprobs: the sync check costs no extra pass.
@@ -203,10 +195,7 @@ class GRPOLearner:
     def _logps(self, model, inputs) -> torch.Tensor:
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        logps, _, _ = self.trainer._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, inputs["completion_ids"].size(1)
-        )
-        return logps
+        return fenced_trl.per_token_logps(self.trainer, model, input_ids, attention_mask, inputs["completion_ids"].size(1))
 
     def _gather_weights(self) -> None:
         """Sharded, every rank gathers the new weights with the others, and rank 0 keeps them whole."""
@@ -217,10 +206,6 @@ class GRPOLearner:
         if self.sharded:
             return self._whole_weights.items()
         return self.trainer.accelerator.unwrap_model(self.model).state_dict().items()
-
-    def weight_buckets(self, bucket_bytes: int) -> list[WeightBucket]:
-        """The weights in buckets; on CPU their bytes are views of the live weights, valid until the next step."""
-        return pack(self.named_weights(), bucket_bytes)
 
     def save(self, folder: str) -> None:
         """An HF checkpoint (model + canonical tokenizer) that transformers and vLLM load as is, plus
@@ -270,8 +255,22 @@ _COMPLETION_KEYS = ("completion_ids", "completion_mask", "old_per_token_logps", 
 
 
 def _loss_mask(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The tokens the loss covers: the model's own (`tool_mask`), of real rows (`loss_rows`)."""
     mask = inputs["completion_mask"]
-    return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
+    if "tool_mask" in inputs:
+        mask = mask * inputs["tool_mask"]
+    return mask * inputs["loss_rows"][:, None] if "loss_rows" in inputs else mask
+
+
+def _trl_inputs(chunk: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The micro-batch as TRL's `compute_loss` takes it: TRL knows one loss mask besides the completion
+    mask, `tool_mask`, so a padding row (`loss_rows` 0) reaches it as a row of tool tokens."""
+    if "loss_rows" not in chunk:
+        return chunk
+    inputs = {key: value for key, value in chunk.items() if key != "loss_rows"}
+    tool_mask = inputs.get("tool_mask", torch.ones_like(inputs["completion_mask"]))
+    inputs["tool_mask"] = tool_mask * chunk["loss_rows"][:, None]
+    return inputs
 
 
 def _step_counts(rows: int, tokens: torch.Tensor) -> tuple[int, torch.Tensor, int]:
@@ -297,15 +296,14 @@ def _step_totals(loss_sum, abs_sum, abs_max, world_size: int):
 
 def _pad_rows(inputs: dict[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]:
     """`inputs` grown to `rows` samples with copies of its last sample that the loss leaves out
-    (tool_mask 0). Every rank then runs the same micro-batches: DDP and TRL's logged metrics make
-    collective calls in each one, and those must match across ranks."""
+    (`loss_rows` 0; every real row 1). Every rank then runs the same micro-batches: DDP and TRL's
+    logged metrics make collective calls in each one, and those must match across ranks."""
     extra = rows - inputs["completion_mask"].size(0)
     if extra == 0:
         return inputs
-    if "tool_mask" not in inputs:
-        inputs = {**inputs, "tool_mask": torch.ones_like(inputs["completion_mask"])}
     padded = {key: torch.cat([value, value[-1:].expand(extra, *value.shape[1:])]) for key, value in inputs.items()}
-    padded["tool_mask"][-extra:] = 0
+    padded["loss_rows"] = torch.ones(rows, dtype=inputs["completion_mask"].dtype, device=inputs["completion_mask"].device)
+    padded["loss_rows"][-extra:] = 0
     return padded
 
 

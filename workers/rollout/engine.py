@@ -18,6 +18,7 @@ from orchestrator.contracts.fingerprint import TokenizerFingerprint, fingerprint
 from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tools import ToolUse
+from workers.fences import vllm as fenced_vllm
 from workers.rollout.multi_turn import CallTool, Vocabulary, run_sample
 from workers.rollout.sampling import to_samples, to_turn, turn_params, turn_seed, vllm_params
 from workers.weights.buckets import WeightBucket
@@ -203,10 +204,8 @@ class RolloutEngine:
 
     async def _pause(self) -> None:
         """`AsyncLLM.pause_generation(mode="keep", clear_cache=True)` without its closing 20 ms sleep,
-        which only lets the last outputs of requests that just finished arrive before it returns
-        (vLLM 0.32: "not required for correctness"). On CPU it was a tenth of every weight sync."""
-        await self._llm.renderer.clear_mm_cache_async()
-        await self._llm.engine_core.pause_scheduler_async(mode="keep", clear_cache=True)
+        which on CPU was a tenth of every weight sync (workers/fences/vllm.py says why it can go)."""
+        await fenced_vllm.pause_keep_requests(self._llm)
 
     async def init_nccl(self, init_info: dict) -> None:
         """GPU path: join the learner's NCCL weight-transfer group (blocks until all ranks join)."""

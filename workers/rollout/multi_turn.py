@@ -76,7 +76,7 @@ async def run_sample(
         turns += 1
         ids += turn.token_ids
         logprobs += turn.logprobs
-        mask += [0] * len(turn.token_ids)
+        mask += [1] * len(turn.token_ids)  # tool_mask: the model's own tokens
         finish_reason, stop_reason, stop_token_id = _ending(turn)
         tool = _closed_call(turn, use.tools, vocabulary)
         if tool is None and _ended_at_eos(turn, vocabulary):
@@ -95,7 +95,7 @@ async def run_sample(
         calls.append(ToolCall(name=tool.name, call=call_text, result=seen, status=status, latency_s=latency))
         ids += observation
         logprobs += [None] * len(observation)
-        mask += [1] * len(observation)
+        mask += [0] * len(observation)
         text += vocabulary.decode(observation)
         finish_reason, stop_reason, stop_token_id = "length", None, None  # until a later turn ends otherwise
     return Sample(
@@ -106,7 +106,7 @@ async def run_sample(
         finish_reason=finish_reason,
         stop_reason=stop_reason,
         stop_token_id=stop_token_id,
-        observation_mask=mask,
+        tool_mask=mask,
         turns=turns,
         tool_calls=calls,
     )

@@ -1,6 +1,12 @@
-"""The one-line reason a dead engine's warning gives: it says when the engine went down with its node."""
+"""Which failures count as an engine's death (by exception type: vLLM's engine errors, timeouts, a
+failed weight load, also as the cause Ray's task error carries), and the one-line reason a dead
+engine's warning gives: it says when the engine went down with its node."""
 
-from orchestrator.contracts.engine_death import reason
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator.contracts.engine_death import WeightLoadFailedError, is_engine_death, reason
 
 # What Ray 2.60 says for an actor call whose node's raylet was killed (ids shortened)
 NODE_LOST = """The actor died unexpectedly before finishing this task.
@@ -27,3 +33,44 @@ def test_other_errors_give_their_first_line():
         "TimeoutError: group 3 missed rollout.request_timeout_s"
     )
     assert reason(RuntimeError()) == "RuntimeError: "
+
+
+def _task_error(cause: BaseException):
+    """What `ray.get` raises when an actor call raised `cause`: a RayTaskError that is also a `cause`."""
+    from ray.exceptions import RayTaskError
+
+    return RayTaskError("RolloutWorker.generate", "traceback", cause, proctitle="t", pid=1, ip="192.0.2.2").as_instanceof_cause()
+
+
+def test_engine_deaths_are_recognised_by_type():
+    from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
+
+    # TimeoutError is also asyncio's (the engine's request timeout) since Python 3.11.
+    for cause in (EngineDeadError(), EngineGenerateError("g3"), TimeoutError("g3"), WeightLoadFailedError("e1")):
+        assert is_engine_death(_task_error(cause)), cause
+    assert is_engine_death(TimeoutError("engine 2 missed the sync's deadline"))  # made by the driver, not Ray
+
+
+def test_other_failures_are_not_engine_deaths_whatever_their_name():
+    class EngineDeadError(Exception):  # a user's tool error that only shares vLLM's name
+        pass
+
+    assert not is_engine_death(_task_error(EngineDeadError()))
+    assert not is_engine_death(_task_error(ValueError("bad reward")))
+
+
+def test_the_driver_classifies_without_importing_vllm_and_still_recognises_vllms_errors(tmp_path):
+    """An engine's error arrives pickled; unpickling it loads vLLM's exception module, which is all the
+    check needs, so a driver that never imported vLLM still recognises an engine death."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    (tmp_path / "error.bin").write_bytes(_task_error(EngineDeadError()).to_bytes())
+    driver = (
+        "import sys\n"
+        "from ray.exceptions import RayError\n"
+        "from orchestrator.contracts.engine_death import is_engine_death\n"
+        "assert is_engine_death(TimeoutError()) and not is_engine_death(ValueError())\n"
+        "assert 'vllm' not in sys.modules, 'classifying imported vllm'\n"
+        f"assert is_engine_death(RayError.from_bytes(open({str(tmp_path / 'error.bin')!r}, 'rb').read()))\n"
+    )
+    subprocess.run([sys.executable, "-c", driver], check=True, cwd=Path(__file__).resolve().parents[3])

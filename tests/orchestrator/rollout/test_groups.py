@@ -3,7 +3,8 @@ import pytest
 from orchestrator.contracts.groups import GroupResult, Sample
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.rollout.groups import GroupShapeError, assemble, make_groups
-from orchestrator.rollout.table import rollout_table
+from orchestrator.rollout.parquet import rollout_table
+from orchestrator.rollout.samples import StepSamples
 
 PATTERN = ["p0", "p0", "p1", "p0", "p2", "p2", "p3", "p0", "p1", "p4", "p4", "p4"]
 
@@ -24,7 +25,7 @@ def test_duplicate_prompts_are_separate_groups_in_input_order():
     requests = _requests()
     assert [r.group_id for r in requests] == list(range(12))
     assert [r.prompt for r in requests] == PATTERN
-    table = rollout_table(requests, list(reversed(_results(requests))))
+    table = rollout_table(StepSamples.assemble(requests, list(reversed(_results(requests)))))
     assert table.num_rows == 36
     rows = table.to_pylist()
     assert [(row["group_id"], row["sample_index"]) for row in rows] == [(g, s) for g in range(12) for s in range(3)]

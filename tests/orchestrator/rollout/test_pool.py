@@ -8,14 +8,15 @@ from orchestrator.builtin import search_task
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.rollout.groups import make_groups
-from orchestrator.rollout.table import rollout_table
+from orchestrator.rollout.parquet import rollout_table
+from orchestrator.rollout.samples import StepSamples
 
 pytestmark = pytest.mark.engines
 
 
 def _generate(pool, tokenizer, prompts, n, **sampling):
     requests = make_groups(prompts, [tokenizer(p)["input_ids"] for p in prompts], n, SamplingConfig(**sampling))
-    return rollout_table(requests, pool.generate(requests)).to_pylist()
+    return rollout_table(StepSamples.assemble(requests, pool.generate(requests))).to_pylist()
 
 
 def _prompts(count=16):

@@ -11,7 +11,8 @@ import pytest
 from orchestrator.builtin import search_task
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.rollout.groups import make_groups
-from orchestrator.rollout.table import rollout_table
+from orchestrator.rollout.parquet import rollout_table
+from orchestrator.rollout.samples import StepSamples
 
 pytestmark = pytest.mark.engines
 
@@ -37,7 +38,7 @@ def test_killed_engine_process_is_replaced_and_its_groups_are_not_lost(pool, lea
     requests = make_groups(
         prompts, [learner_tokenizer(p)["input_ids"] for p in prompts], 3, SamplingConfig(max_tokens=12, seed=0)
     )
-    rows = rollout_table(requests, pool.generate(requests)).to_pylist()
+    rows = rollout_table(StepSamples.assemble(requests, pool.generate(requests))).to_pylist()
     assert [(r["group_id"], r["sample_index"]) for r in rows] == [(g, s) for g in range(12) for s in range(3)]
     assert victim not in {r["engine_id"] for r in rows}
     assert pool.engines.restarts == 1 and victim not in pool.engines.actors
@@ -45,7 +46,7 @@ def test_killed_engine_process_is_replaced_and_its_groups_are_not_lost(pool, lea
     pool.engines.admit_ready(block=True)  # the replacement: fingerprint checked, then synced
     [replacement] = synced
     assert replacement in pool.engines.actors and replacement not in (victim,)
-    rows = rollout_table(requests, pool.generate(requests)).to_pylist()
+    rows = rollout_table(StepSamples.assemble(requests, pool.generate(requests))).to_pylist()
     assert collections.Counter(r["engine_id"] for r in rows)[replacement] > 0
     pool.engines.on_engine_ready = None
     ray.get([actor.policy_version.remote() for actor in pool.engines.actors.values()])  # every engine answers

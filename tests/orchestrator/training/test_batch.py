@@ -1,20 +1,26 @@
 import numpy as np
-import pyarrow as pa
 
+from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
+from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.rollout.samples import StepSamples
 from orchestrator.training.batch import learner_batch
 
 PAD = 0
 
 
+def _samples(*rows) -> StepSamples:
+    """One group per row: (prompt ids, completion ids, logprobs, tool_mask or None)."""
+    requests, results = [], []
+    for group, (prompt, completion, logprobs, tool_mask) in enumerate(rows):
+        requests.append(GroupRequest(group, group, "p", prompt, 1, SamplingConfig()))
+        sample = Sample(0, "c", completion, logprobs, "stop", None, None, tool_mask=tool_mask)
+        results.append(GroupResult(group, 0, 0, [sample]))
+    return StepSamples.assemble(requests, results)
+
+
 def test_prompts_left_padded_completions_right_padded_mask_ends_at_the_stop():
-    table = pa.table(
-        {
-            "prompt_ids": [[5, 6, 7], [8]],
-            "completion_ids": [[11, 12, 2], [13]],  # 2 = EOS ends the first sample
-            "logprobs": [[-0.1, -0.2, -0.3], [-0.4]],
-        }
-    )
-    batch = learner_batch(table, np.array([1.0, -1.0]), PAD)
+    samples = _samples(([5, 6, 7], [11, 12, 2], [-0.1, -0.2, -0.3], None), ([8], [13], [-0.4], None))  # 2 = EOS
+    batch = learner_batch(samples, np.array([1.0, -1.0]), PAD)
     assert batch["prompt_ids"].tolist() == [[5, 6, 7], [PAD, PAD, 8]]
     assert batch["prompt_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
     assert batch["completion_ids"].tolist() == [[11, 12, 2], [13, PAD, PAD]]
@@ -24,20 +30,20 @@ def test_prompts_left_padded_completions_right_padded_mask_ends_at_the_stop():
 
 
 def test_observation_tokens_are_attended_but_left_out_of_the_loss():
-    table = pa.table(
-        {
-            "prompt_ids": [[5], [6]],
-            "completion_ids": [[11, 90, 91, 12, 2], [13, 2]],  # 90, 91: a tool's observation
-            "logprobs": [[-0.1, None, None, -0.2, -0.3], [-0.4, -0.5]],
-            "observation_mask": [[0, 1, 1, 0, 0], [0, 0]],
-        }
+    samples = _samples(
+        ([5], [11, 90, 91, 12, 2], [-0.1, None, None, -0.2, -0.3], [1, 0, 0, 1, 1]),  # 90, 91: a tool's observation
+        ([6], [13, 2], [-0.4, -0.5], [1, 1]),
     )
-    batch = learner_batch(table, np.array([1.0, -1.0]), PAD)
+    batch = learner_batch(samples, np.array([1.0, -1.0]), PAD)
     assert batch["completion_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]  # the model sees the observation
     assert batch["tool_mask"].tolist() == [[1, 0, 0, 1, 1], [1, 1, 1, 1, 1]]  # TRL's loss does not
     assert np.allclose(batch["old_per_token_logps"], [[-0.1, 0, 0, -0.2, -0.3], [-0.4, -0.5, 0, 0, 0]])
 
 
 def test_single_turn_batches_carry_no_tool_mask():
-    table = pa.table({"prompt_ids": [[5]], "completion_ids": [[11]], "logprobs": [[-0.1]], "observation_mask": [[0]]})
-    assert "tool_mask" not in learner_batch(table, np.array([0.0]), PAD)
+    assert "tool_mask" not in learner_batch(_samples(([5], [11], [-0.1], [1])), np.array([0.0]), PAD)
+
+
+def test_an_empty_completion_still_gets_a_column():
+    batch = learner_batch(_samples(([5], [], [], None), ([6], [], [], None)), np.array([0.0, 0.0]), PAD)
+    assert batch["completion_ids"].shape == (2, 1) and batch["completion_mask"].tolist() == [[0], [0]]

@@ -43,13 +43,13 @@ class Answering:
 def evaluation(**overrides):
     records = arithmetic_task.eval_records()[:3]
     conversations = [r["prompt"] for r in records]
-    eval_set = EvalSet(
-        "builtin:arithmetic_eval", [str(c) for c in conversations], [{"answer": r["answer"]} for r in records], conversations
-    )
+    texts = [str(c) for c in conversations]
+    prompt_ids = [FakeTokenizer()(text)["input_ids"] for text in texts]
+    eval_set = EvalSet("builtin:arithmetic_eval", texts, [{"answer": r["answer"]} for r in records], conversations, prompt_ids)
     config = TrainConfig(
         reward_funcs=["builtin:math_answer"], eval_num_generations=2, eval_steps=5, max_steps=12, seed=3, **overrides
     )
-    return Evaluation(config, eval_set, FakeTokenizer()), records
+    return Evaluation(config, eval_set), records
 
 
 def test_due_every_eval_steps_and_after_the_last_step():

@@ -1,33 +1,33 @@
 """Per-step metrics of tool runs: the keys are on every step, so a step without calls still reports."""
 
-import pyarrow as pa
+import numpy as np
 
 from orchestrator.commands.report import report
+from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample, ToolCall
+from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.rollout.samples import StepSamples
 from orchestrator.training.metrics import rollout_metrics
 
 EOS = 0
 
 
-def _table(tool_calls, observation_mask, turns):
-    rows = len(turns)
-    return pa.table(
-        {
-            "reward": [1.0] * rows,
-            "completion_ids": [[5, 6, 7, EOS]] * rows,
-            "observation_mask": observation_mask,
-            "finish_reason": ["stop"] * rows,
-            "stop_reason": [None] * rows,
-            "turns": turns,
-            "tool_calls": tool_calls,
-        }
-    )
+def _table(tool_calls, tool_mask, turns):
+    """One sample per group, each [5, 6, 7, EOS] with its tool_mask, calls and turns, reward 1."""
+    requests, results = [], []
+    for group, (calls, mask, count) in enumerate(zip(tool_calls, tool_mask, turns)):
+        requests.append(GroupRequest(group, group, "p", [1], 1, SamplingConfig()))
+        sample = Sample(0, "c", [5, 6, 7, EOS], [0.0] * 4, "stop", None, None, mask, count, [ToolCall(**c) for c in calls])
+        results.append(GroupResult(group, 0, 0, [sample]))
+    samples = StepSamples.assemble(requests, results)
+    samples.reward = np.ones(len(samples))
+    return samples
 
 
 def test_tool_metrics_count_outcomes_and_leave_observations_out_of_lengths():
     call = {"name": "t", "call": "q", "result": "r", "latency_s": 0.5}
     table = _table(
         [[{**call, "status": "ok"}, {**call, "status": "timeout"}], [{**call, "status": "error"}]],
-        [[0, 1, 1, 0], [0, 0, 1, 0]],
+        [[1, 0, 0, 1], [1, 1, 0, 1]],
         [3, 2],
     )
     metrics = rollout_metrics(table, EOS, tools=True)
@@ -45,8 +45,8 @@ def test_report_of_a_tool_run_whose_later_step_made_no_call():
         **{f"time/{p}": 0.1 for p in ("generate", "reward", "train", "sync", "step")},
     }
     calls = _table(
-        [[{"name": "t", "call": "q", "result": "r", "latency_s": 0.5, "status": "ok"}], []], [[0, 1, 0, 0], [0] * 4], [2, 1]
+        [[{"name": "t", "call": "q", "result": "r", "latency_s": 0.5, "status": "ok"}], []], [[1, 0, 1, 1], [1] * 4], [2, 1]
     )
-    none = _table([[], []], [[0] * 4, [0] * 4], [1, 1])
+    none = _table([[], []], [[1] * 4, [1] * 4], [1, 1])
     metrics = [{**step, **rollout_metrics(t, EOS, tools=True), "step": i + 1} for i, t in enumerate([calls, none])]
     assert "tools: 1 calls (0.5/step), 0 errors, 0 timeouts" in report(metrics)

@@ -93,7 +93,8 @@ def test_the_mask_covers_exactly_the_observation_tokens(run, tokenizer):
     rows = pq.read_table(out / "rollouts").to_pylist()
     checked = 0
     for row in rows:
-        ids, mask, logprobs = row["completion_ids"], row["observation_mask"], row["logprobs"]
+        ids, logprobs = row["completion_ids"], row["logprobs"]
+        mask = [1 - m for m in row["tool_mask"]]  # 1: a tool's observation token
         assert len(ids) == len(mask) == len(logprobs)
         assert [lp is None for lp in logprobs] == [m == 1 for m in mask]
         runs = list(_runs_of_ones(mask))

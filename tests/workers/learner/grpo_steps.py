@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import torch
 
+from orchestrator.rollout.samples import StepSamples
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
 
@@ -34,7 +34,7 @@ def grpo_steps(tiny, steps: int, groups: int, group_size: int, temperature: floa
             exact = torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
             logprobs.append((exact.numpy() + rng.normal(scale=0.3, size=len(completion))).tolist())
         group_ids = np.arange(rows) // group_size
-        table = pa.table({"prompt_ids": prompts, "completion_ids": completions, "logprobs": logprobs})
+        samples = StepSamples.from_tokens(prompts, completions, logprobs)
         advantages = group_advantages(rng.random(rows), group_ids)
-        result.append((learner_batch(table, advantages, tokenizer.pad_token_id), group_ids))
+        result.append((learner_batch(samples, advantages, tokenizer.pad_token_id), group_ids))
     return result

@@ -1,11 +1,11 @@
 """The learner's GRPO step through TRL, on the tiny model, without Ray."""
 
 import numpy as np
-import pyarrow as pa
 import pytest
 import torch
 
 from orchestrator.config.train import TrainConfig
+from orchestrator.rollout.samples import StepSamples
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
 from workers.learner.grpo import GRPOLearner
@@ -29,9 +29,9 @@ def _batch(learner, temperature=1.5):
         with torch.no_grad():
             logits = model(ids).logits[0, len(prompt) - 1 : -1] / temperature
         rows["logprobs"].append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0].tolist())
-    table = pa.table(rows)
+    samples = StepSamples.from_tokens(rows["prompt_ids"], rows["completion_ids"], rows["logprobs"])
     advantages = group_advantages(np.array([1.0, 0.0, 1.0, 0.0]), np.array([0, 0, 1, 1]))
-    return learner_batch(table, advantages, tok.pad_token_id)
+    return learner_batch(samples, advantages, tok.pad_token_id)
 
 
 def test_step_uses_trl_loss_and_matches_behaviour_logprobs(learner):
@@ -64,7 +64,9 @@ def test_rewarded_completion_becomes_more_likely(learner):
 
 
 def test_weight_buckets_cover_every_weight(learner):
-    buckets = learner.weight_buckets(bucket_bytes=64 << 10)
+    from workers.weights.buckets import pack
+
+    buckets = pack(learner.named_weights(), bucket_bytes=64 << 10)  # what the learner actor publishes
     names = [entry.name for bucket in buckets for entry in bucket.entries]
     assert names == [name for name, _ in learner.named_weights()]
     assert len(buckets) > 1
@@ -86,9 +88,9 @@ def _uneven_batch(learner, rows=10, seed=0):
     vocab = len(learner.tokenizer)
     prompts = [rng.integers(3, vocab, size=rng.integers(2, 7)).tolist() for _ in range(rows)]
     completions = [rng.integers(3, vocab, size=rng.integers(1, 13)).tolist() for _ in range(rows)]
-    table = pa.table({"prompt_ids": prompts, "completion_ids": completions, "logprobs": [[0.0] * len(c) for c in completions]})
+    samples = StepSamples.from_tokens(prompts, completions, [[0.0] * len(c) for c in completions])
     advantages = group_advantages(rng.random(rows), np.arange(rows) // 2)
-    batch = learner_batch(table, advantages, learner.tokenizer.pad_token_id)
+    batch = learner_batch(samples, advantages, learner.tokenizer.pad_token_id)
     inputs = {key: torch.tensor(value) for key, value in batch.items()}
     with torch.no_grad():
         logps = learner._logps(learner.model, inputs).numpy()

@@ -74,8 +74,8 @@ def test_a_call_is_answered_and_only_the_observation_is_masked():
     observation = encode("<result>") + encode(" jade ") + encode("</result>")
     answer = encode(" answer jade<eos>")
     assert sample.completion_ids == first + observation + answer
-    assert sample.observation_mask == [0] * len(first) + [1] * len(observation) + [0] * len(answer)
-    assert [lp is None for lp in sample.logprobs] == [bool(m) for m in sample.observation_mask]
+    assert sample.tool_mask == [1] * len(first) + [0] * len(observation) + [1] * len(answer)
+    assert [lp is None for lp in sample.logprobs] == [not m for m in sample.tool_mask]
     assert model.contexts[1] == [7, 8, 9] + first + observation  # the model continues from everything, as ids
     assert tool.calls == [("search", " apple ", {"prompt": "p", "group_id": 3, "sample_index": 0, "turn": 0})]
     assert sample.completion == " <search> apple </search><result> jade </result> answer jade"  # EOS text dropped
@@ -91,7 +91,7 @@ def test_the_budget_counts_observation_tokens_and_truncates_long_results():
     assert model.budgets == [30, 30 - used]
     assert len(sample.completion_ids) == 30 and sample.finish_reason == "length"
     assert sample.tool_calls[0].result == "xxxx"
-    assert sum(sample.observation_mask) == len(observation)
+    assert len(sample.tool_mask) - sum(sample.tool_mask) == len(observation)
 
 
 def test_a_call_in_the_last_turn_is_not_run():
@@ -119,11 +119,11 @@ def test_an_end_tag_without_a_begin_tag_is_no_call():
     model = ScriptedModel((" apple </search>", "</search>"))
     tool = tool_answering(" r ")
     sample = run(model, tool)
-    assert tool.calls == [] and sample.turns == 1 and sample.observation_mask == [0] * len(sample.completion_ids)
+    assert tool.calls == [] and sample.turns == 1 and sample.tool_mask == [1] * len(sample.completion_ids)
 
 
 def test_without_a_call_the_sample_is_single_turn():
     model = ScriptedModel((" answer jade<eos>", None))
     sample = run(model, tool_answering(" r "))
-    assert sample.turns == 1 and sample.tool_calls == [] and sum(sample.observation_mask) == 0
+    assert sample.turns == 1 and sample.tool_calls == [] and all(sample.tool_mask)
     assert sample.completion == " answer jade"

@@ -45,7 +45,8 @@ def test_an_engine_whose_load_fails_refuses_to_generate_and_is_replaced(pool, le
     import ray
 
     from orchestrator.contracts.engine_death import WeightLoadFailedError
-    from orchestrator.rollout.table import rollout_table
+    from orchestrator.rollout.parquet import rollout_table
+    from orchestrator.rollout.samples import StepSamples
     from workers.weights.object_store import ObjectStoreTransport
 
     engines = pool.engines
@@ -67,10 +68,10 @@ def test_an_engine_whose_load_fails_refuses_to_generate_and_is_replaced(pool, le
 
     engines.engine_died(victim, report.dead[victim])  # what the step loop does with `report.dead`
     assert victim not in engines.actors and engines.restarts == restarts + 1
-    rows = rollout_table(requests, pool.generate(requests)).to_pylist()
+    rows = rollout_table(StepSamples.assemble(requests, pool.generate(requests))).to_pylist()
     assert len(rows) == 8 and victim not in {r["engine_id"] for r in rows}
 
     [replacement] = engines.admit_ready(block=True)
     requests = _requests(learner_tokenizer, count=12)
-    rows = rollout_table(requests, pool.generate(requests)).to_pylist()
+    rows = rollout_table(StepSamples.assemble(requests, pool.generate(requests))).to_pylist()
     assert replacement in {r["engine_id"] for r in rows}

@@ -1,0 +1,90 @@
+"""The one rollout schema that `generate`, `train` and users read, written as Parquet: the only place
+a step's samples (samples.py) become an Arrow table."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from orchestrator.rollout.samples import Ragged, StepSamples
+
+TOOL_CALL = pa.struct(
+    [("name", pa.string()), ("call", pa.string()), ("result", pa.string()), ("status", pa.string()), ("latency_s", pa.float64())]
+)
+
+ROLLOUT_SCHEMA = pa.schema(
+    [
+        ("prompt_index", pa.int64()),
+        ("group_id", pa.int64()),
+        ("sample_index", pa.int32()),
+        ("prompt", pa.string()),
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("completion", pa.string()),
+        ("completion_ids", pa.list_(pa.int32())),
+        ("logprobs", pa.list_(pa.float32())),  # null for a tool's observation token
+        ("finish_reason", pa.string()),
+        ("stop_reason", pa.string()),
+        ("stop_token_id", pa.int32()),
+        ("engine_id", pa.int32()),
+        ("policy_version", pa.int64()),
+        ("tool_mask", pa.list_(pa.int8())),  # TRL's: 1 the model's token, 0 a tool's observation token
+        ("turns", pa.int32()),
+        ("tool_calls", pa.list_(TOOL_CALL)),
+    ]
+)
+
+
+def rollout_table(samples: StepSamples, step: int | None = None) -> pa.Table:
+    """One row per sample in the record's order. With `step`: the step first, then whatever the step
+    added at the end (reward, advantage, each function's `rewards/<spec>`)."""
+    columns = {
+        "prompt_index": samples.prompt_index,
+        "group_id": samples.group_id,
+        "sample_index": samples.sample_index,
+        "prompt": samples.prompt,
+        "prompt_ids": _list_array(samples.prompt_ids, pa.int32()),
+        "completion": samples.completion,
+        "completion_ids": _list_array(samples.completion_ids, pa.int32()),
+        "logprobs": _list_array(samples.logprobs, pa.float32()),
+        "finish_reason": samples.finish_reason,
+        "stop_reason": samples.stop_reason,
+        "stop_token_id": samples.stop_token_id,
+        "engine_id": samples.engine_id,
+        "policy_version": samples.policy_version,
+        "tool_mask": _list_array(samples.tool_mask, pa.int8()),
+        "turns": samples.turns,
+        "tool_calls": [[dataclasses.asdict(call) for call in calls] for calls in samples.tool_calls],
+    }
+    arrays = [
+        value if isinstance(value, pa.Array) else pa.array(value, field.type, from_pandas=True)
+        for value, field in zip(columns.values(), ROLLOUT_SCHEMA)
+    ]
+    table = pa.Table.from_arrays(arrays, schema=ROLLOUT_SCHEMA)
+    if step is None:
+        return table
+    table = table.add_column(0, "step", pa.array(np.full(len(samples), step), pa.int64()))
+    if samples.reward is not None:
+        table = table.append_column("reward", pa.array(samples.reward, pa.float64()))
+    if samples.advantage is not None:
+        table = table.append_column("advantage", pa.array(samples.advantage, pa.float64()))
+    for name, values in samples.rewards.items():
+        table = table.append_column(name, pa.array(values, pa.float64()))
+    return table
+
+
+def _list_array(column: Ragged, value_type: pa.DataType) -> pa.Array:
+    """A ragged column as an Arrow list array, sharing its buffers; NaN values are written as null."""
+    values = pa.array(column.values, value_type, from_pandas=True)
+    return pa.ListArray.from_arrays(pa.array(column.offsets.astype(np.int32), pa.int32()), values)
+
+
+def write_parquet(table: pa.Table, path: Path) -> None:
+    """Write atomically: a reader never sees a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    pq.write_table(table, partial)
+    partial.replace(path)

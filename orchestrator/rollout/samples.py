@@ -1,0 +1,162 @@
+"""`StepSamples`: a step's samples as one columnar record, from assembly to the learner and the Parquet file.
+
+    samples = StepSamples.assemble(requests, results)   # groups in request order, every shape checked
+    samples.reward, samples.advantage = ...             # the step adds its scores
+    learner_batch(samples, pad)                         # training/batch.py: padded arrays for TRL
+    write_parquet(samples.table(step), path)            # parquet.py: the one place Arrow appears
+
+Built once after assembly (groups.py checks each group's shape); rewards, advantages, the learner's
+batch, the metrics and evaluation all read these numpy columns. Token columns are ragged: one flat
+array plus row offsets, so a step of thousands of samples is a few arrays, not thousands of lists.
+Masks carry TRL's names and polarity: `tool_mask` is 1 for the model's own tokens and 0 for a
+tool's observation tokens, which are context, never trained on (their logprob is NaN).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from orchestrator.contracts.groups import GroupRequest, GroupResult, ToolCall
+from orchestrator.rollout.groups import assemble
+
+
+@dataclasses.dataclass(frozen=True)
+class Ragged:
+    """Rows of different lengths: row i is `values[offsets[i]:offsets[i + 1]]`."""
+
+    values: np.ndarray
+    offsets: np.ndarray  # int64, one more than the rows
+
+    @classmethod
+    def of(cls, rows: list, dtype) -> Ragged:
+        lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.fromiter((value for row in rows for value in row), dtype=dtype, count=int(offsets[-1]))
+        return cls(values, offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, row: int) -> np.ndarray:
+        return self.values[self.offsets[row] : self.offsets[row + 1]]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def sums(self) -> np.ndarray:
+        """Each row's sum (0 for an empty row)."""
+        totals = np.concatenate([[0], np.cumsum(self.values, dtype=np.float64)])
+        return totals[self.offsets[1:]] - totals[self.offsets[:-1]]
+
+    def last(self, empty=-1) -> np.ndarray:
+        """Each row's last value (`empty` for an empty row)."""
+        ends = self.offsets[1:]
+        present = ends > self.offsets[:-1]
+        out = np.full(len(self), empty, dtype=np.result_type(self.values.dtype, np.asarray(empty).dtype))
+        out[present] = self.values[ends[present] - 1]
+        return out
+
+    def padded(self, width: int, fill, dtype, left: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(rows x width array, its 0/1 mask): right-padded, or left-padded with `left`."""
+        lengths = self.lengths
+        columns = np.arange(width)
+        mask = columns >= (width - lengths)[:, None] if left else columns < lengths[:, None]
+        out = np.full((len(self), width), fill, dtype=dtype)
+        out[mask] = self.values  # row-major order of the mask is the rows' order
+        return out, mask.astype(np.int64)
+
+    def tolist(self) -> list[list]:
+        return [self[row].tolist() for row in range(len(self))]
+
+
+@dataclasses.dataclass
+class StepSamples:
+    # One entry per sample: groups in request order, samples in index order.
+    prompt_index: np.ndarray  # int64: the prompt's position in the prompt file
+    group_id: np.ndarray  # int64
+    sample_index: np.ndarray  # int32
+    prompt: np.ndarray  # object: str
+    prompt_ids: Ragged  # int32
+    completion: np.ndarray  # object: str
+    completion_ids: Ragged  # int32
+    logprobs: Ragged  # float32, of the distribution sampled; NaN for a tool's observation tokens
+    tool_mask: Ragged  # int8: 1 the model's token, 0 a tool's observation token
+    finish_reason: np.ndarray  # object: "stop" or "length"
+    stop_reason: np.ndarray  # object: the stop string or token id (as text) that fired, or None
+    stop_token_id: np.ndarray  # object: int or None
+    engine_id: np.ndarray  # int32
+    policy_version: np.ndarray  # int64: the policy that generated it
+    turns: np.ndarray  # int32
+    tool_calls: list[list[ToolCall]]
+    # Set by the step (training/loop.py), in the same order.
+    reward: np.ndarray | None = None  # float64: the weighted sum of the reward functions
+    advantage: np.ndarray | None = None  # float64
+    rewards: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # per function: "rewards/<spec>"
+
+    @classmethod
+    def assemble(cls, requests: list[GroupRequest], results: list[GroupResult]) -> StepSamples:
+        """One record of every sample, groups in request order (each group's shape checked)."""
+        rows = [(request, result, sample) for request, result in assemble(requests, results) for sample in result.samples]
+
+        def column(get, dtype=object) -> np.ndarray:
+            return np.fromiter((get(*row) for row in rows), dtype=dtype, count=len(rows))
+
+        def objects(get) -> np.ndarray:
+            out = np.empty(len(rows), dtype=object)
+            out[:] = [get(*row) for row in rows]
+            return out
+
+        return cls(
+            prompt_index=column(lambda q, r, s: q.prompt_index, np.int64),
+            group_id=column(lambda q, r, s: q.group_id, np.int64),
+            sample_index=column(lambda q, r, s: s.sample_index, np.int32),
+            prompt=objects(lambda q, r, s: q.prompt),
+            prompt_ids=Ragged.of([q.prompt_ids for q, _, _ in rows], np.int32),
+            completion=objects(lambda q, r, s: s.completion),
+            completion_ids=Ragged.of([s.completion_ids for _, _, s in rows], np.int32),
+            logprobs=Ragged.of([[np.nan if v is None else v for v in s.logprobs] for _, _, s in rows], np.float32),
+            tool_mask=Ragged.of([s.tool_mask or [1] * len(s.completion_ids) for _, _, s in rows], np.int8),
+            finish_reason=objects(lambda q, r, s: s.finish_reason),
+            stop_reason=objects(lambda q, r, s: s.stop_reason),
+            stop_token_id=objects(lambda q, r, s: s.stop_token_id),
+            engine_id=column(lambda q, r, s: r.engine_id, np.int32),
+            policy_version=column(lambda q, r, s: r.policy_version, np.int64),
+            turns=column(lambda q, r, s: s.turns, np.int32),
+            tool_calls=[list(s.tool_calls) for _, _, s in rows],
+        )
+
+    @classmethod
+    def from_tokens(cls, prompt_ids: list, completion_ids: list, logprobs: list) -> StepSamples:
+        """Samples of token ids alone, each its own group and sample 0 (no text, no tool calls): the
+        learner's side of a step, for measuring the learner without engines (bench/learner_memory.py)."""
+        rows = len(prompt_ids)
+        blank = np.full(rows, "", dtype=object)
+        return cls(
+            prompt_index=np.arange(rows, dtype=np.int64),
+            group_id=np.arange(rows, dtype=np.int64),
+            sample_index=np.zeros(rows, dtype=np.int32),
+            prompt=blank,
+            prompt_ids=Ragged.of(prompt_ids, np.int32),
+            completion=blank.copy(),
+            completion_ids=Ragged.of(completion_ids, np.int32),
+            logprobs=Ragged.of(logprobs, np.float32),
+            tool_mask=Ragged.of([[1] * len(ids) for ids in completion_ids], np.int8),
+            finish_reason=np.full(rows, "length", dtype=object),
+            stop_reason=np.full(rows, None, dtype=object),
+            stop_token_id=np.full(rows, None, dtype=object),
+            engine_id=np.zeros(rows, dtype=np.int32),
+            policy_version=np.zeros(rows, dtype=np.int64),
+            turns=np.ones(rows, dtype=np.int32),
+            tool_calls=[[] for _ in range(rows)],
+        )
+
+    def __len__(self) -> int:
+        return len(self.group_id)
+
+    def model_tokens(self) -> np.ndarray:
+        """Each sample's own tokens (a tool's observation tokens left out)."""
+        return self.tool_mask.sums()

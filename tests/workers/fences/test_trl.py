@@ -1,0 +1,63 @@
+"""The TRL fence: it accepts only the TRL release its private names were read from, those names are
+still what the installed TRL calls, and the learner's two uses of them behave as the learner expects.
+Stand-ins for the trainer; no model is built."""
+
+import inspect
+
+import pytest
+import torch
+
+from workers.fences import trl as fenced_trl
+
+
+def test_the_installed_trl_is_the_pinned_one():
+    fenced_trl.check_version()
+
+
+@pytest.mark.parametrize("version", ["1.16.0", "1.16.4", "1.16.0+local"])
+def test_patch_releases_of_the_pinned_trl_pass(version):
+    fenced_trl.check_version(version)
+
+
+@pytest.mark.parametrize("version", ["1.17.0", "1.15.2", "2.16.0", "1.16.0rc1"])
+def test_another_trl_is_refused_naming_both_versions(version):
+    with pytest.raises(RuntimeError, match=rf"trl {version} is installed, .* trl 1\.16\.x") as refused:
+        fenced_trl.check_version(version)
+    assert "workers/fences/trl.py" in str(refused.value)
+
+
+def test_the_private_names_are_what_the_installed_trl_uses():
+    from trl import GRPOTrainer
+
+    parameters = list(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
+    assert parameters[:5] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep"]
+    source = inspect.getsource(GRPOTrainer)
+    assert "self._get_per_token_logps_and_entropies(" in source  # compute_loss's forward pass goes through it
+    assert "self.current_gradient_accumulation_steps" in source  # and its loss divides by this
+
+
+class _Trainer:
+    """What the fence touches of a GRPOTrainer: the logprob forward pass (logprobs 2 * ids)."""
+
+    current_gradient_accumulation_steps = 4
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        logps = (2.0 * input_ids[:, -logits_to_keep:]).requires_grad_()
+        return logps, None, None
+
+
+def test_captured_logprobs_are_the_trainers_detached_and_its_result_is_unchanged():
+    trainer, kept = _Trainer(), []
+    fenced_trl.capture_policy_logps(trainer, kept.append)
+    ids = torch.tensor([[1.0, 2.0, 3.0]])
+    logps, _, _ = trainer._get_per_token_logps_and_entropies("model", ids, torch.ones_like(ids), 2)
+    assert logps.requires_grad and torch.equal(logps, torch.tensor([[4.0, 6.0]]))
+    assert torch.equal(kept[0], logps) and not kept[0].requires_grad
+    assert torch.equal(fenced_trl.per_token_logps(trainer, "ref", ids, torch.ones_like(ids), 1), torch.tensor([[6.0]]))
+    assert len(kept) == 2  # the reference pass goes through the capture too; the policy's, after it, is what stays
+
+
+def test_micro_batches_weighted_by_the_learner_turn_trls_division_off():
+    trainer = _Trainer()
+    fenced_trl.weight_micro_batches_ourselves(trainer)
+    assert trainer.current_gradient_accumulation_steps == 1

@@ -1,0 +1,75 @@
+"""Every use of TRL's private code, checked against the TRL release it was read from (1.16).
+
+The learner (workers/learner/grpo.py) drives `GRPOTrainer` through its public `compute_loss`, but
+two things it needs have no public form in TRL 1.16:
+
+- `GRPOTrainer._get_per_token_logps_and_entropies`, the forward pass that gives per-token
+  logprobs. The learner calls it for the reference model's logprobs (`per_token_logps`), and wraps
+  it to keep the policy logprobs `compute_loss` computes anyway (`capture_policy_logps`), so the
+  engine-vs-learner logprob diagnostic costs no second forward pass.
+- `current_gradient_accumulation_steps`, which TRL's loss divides by. It looks public, but setting
+  it relies on how TRL uses it inside `compute_loss` (`weight_micro_batches_ourselves`).
+
+A TRL release may rename, re-sign or stop calling any of these without notice, so importing this
+module checks the installed TRL and refuses another release: move `PINNED` only after re-reading
+these names in the new release's `trl/trainer/grpo_trainer.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+# pyproject.toml: trl>=1.16,<1.17 (deploy/constraints/*.txt: trl==1.16.0). Patch releases are accepted,
+# as the project's own pin accepts them.
+PINNED = "1.16"
+
+
+def check_version(installed: str | None = None) -> None:
+    """Raise unless `installed` (default: the imported TRL's version) is a TRL 1.16.x release."""
+    if installed is None:
+        import trl
+
+        installed = trl.__version__
+    if not re.fullmatch(re.escape(PINNED) + r"\.\d+", installed.partition("+")[0]):
+        raise RuntimeError(
+            f"trl {installed} is installed, but workers/fences/trl.py uses private code of trl {PINNED}.x "
+            f"(pyproject.toml pins trl>={PINNED},<1.17): install trl {PINNED}.x (deploy/constraints/), or re-check "
+            "`_get_per_token_logps_and_entropies` and `current_gradient_accumulation_steps` in the new "
+            "trl/trainer/grpo_trainer.py and move the pin"
+        )
+
+
+def capture_policy_logps(trainer, keep: Callable[[torch.Tensor], None]) -> None:
+    """From now on, every per-token logprob tensor the trainer computes (`compute_loss` computes the
+    policy's) is also handed to `keep`, detached."""
+    compute = trainer._get_per_token_logps_and_entropies
+
+    def capturing(*args, **kwargs):
+        result = compute(*args, **kwargs)
+        keep(result[0].detach())
+        return result
+
+    trainer._get_per_token_logps_and_entropies = capturing
+
+
+def per_token_logps(trainer, model, input_ids, attention_mask, logits_to_keep: int) -> torch.Tensor:
+    """`model`'s logprob of each of the last `logits_to_keep` tokens, computed as TRL's loss computes
+    them. Called through the trainer's attribute, so a capture installed by `capture_policy_logps`
+    sees these too."""
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep)
+    return logps
+
+
+def weight_micro_batches_ourselves(trainer) -> None:
+    """Stop TRL dividing each micro-batch's loss by its accumulation count; the caller weights them.
+    TRL divides by the count it would accumulate over, which is exact only when every micro-batch has
+    the same number of samples."""
+    trainer.current_gradient_accumulation_steps = 1
+
+
+check_version()

