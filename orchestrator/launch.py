@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tempfile
-from pathlib import Path
 
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.learner.group import LearnerGroup
@@ -48,14 +46,14 @@ def start_pool(
     tokenizer,
     config: RolloutConfig,
     seed: int = 0,
-    engine_tokenizer=None,
+    engine_files=None,
     launcher: EngineLauncher | None = None,
     sized_for: tuple[dict, int, int] | None = None,
     on_engine_ready=None,
 ) -> RolloutPool:
     """A started pool. `sized_for` = (model config.json, samples in flight, tokens per sample) sizes
     each CPU engine's KV cache; `on_engine_ready(engine_id, actor)` runs before an engine serves."""
-    engines = EngineGroup(cluster, model, tokenizer, config, seed=seed, engine_tokenizer=engine_tokenizer, launcher=launcher)
+    engines = EngineGroup(cluster, model, tokenizer, config, seed=seed, engine_files=engine_files, launcher=launcher)
     if sized_for is not None and cluster.device == "cpu":
         engines.size_for(*sized_for)
     engines.on_engine_ready = on_engine_ready
@@ -79,26 +77,26 @@ class Components:
 def start_training(
     config,
     model: str,
-    tokenizer: str,
+    tokenizer,
     resume_from: str | None = None,
     policy_version: int = 0,
     max_prompt_tokens: int | None = None,
 ) -> Components:
-    """Start the learner, take the canonical tokenizer and model config from it, and start the pool
-    on them: engines start with placeholder weights and serve only after the learner's weights
-    (`policy_version`) are loaded into them, so no node but the learner's needs the model files."""
-    from transformers import AutoTokenizer
-
+    """Start the learner and the pool on the canonical `tokenizer` (the object preflight built: added
+    tokens, chat template, pad fallback; `canonical_tokenizer` builds it for callers without one): one
+    bundle of its files goes to the learner and to every engine. Engines start with placeholder weights
+    and the learner's config.json, and serve only after the learner's weights (`policy_version`) are
+    loaded into them, so no node but the learner's needs the model files."""
+    from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
     from orchestrator.placement.gpus import with_learner_gpus
     from workers.weights.factory import make_transport
 
     rollout = config.rollout
     cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus * config.learner.workers + 1)  # +1: reward tasks
     config = with_learner_gpus(config, local=cluster.placement.mode == "local")  # learner.num_gpus null -> 0 or 1
-    learner = LearnerGroup.start(cluster, config, model, tokenizer, resume_from, rollout.startup_timeout_s)
-    bundle = learner.engine_bundle()  # the canonical tokenizer and config.json
-    with tempfile.TemporaryDirectory(prefix="canonical-tokenizer-") as folder:
-        canonical = AutoTokenizer.from_pretrained(bundle.write_to(Path(folder)))
+    bundle = bundle_tokenizer(tokenizer)
+    learner = LearnerGroup.start(cluster, config, model, bundle, resume_from, rollout.startup_timeout_s)
+    engine_files = TokenizerBundle({**bundle.files, "config.json": learner.model_config()})
     transport = make_transport(
         cluster.device, config.weight_sync.timeout_s, config.weight_sync.bucket_mb << 20, rollout.tensor_parallel_size
     )
@@ -106,10 +104,19 @@ def start_training(
     # so they are all admitted first and synced together.
     weights = PolicyWeights(learner, transport, policy_version, first_sync_together=cluster.device != "cpu")
     longest_prompt = max_prompt_tokens or config.max_prompt_length or 0
-    sized_for = (json.loads(bundle.files["config.json"]), config.samples_per_step, longest_prompt + config.max_completion_length)
+    model_config = json.loads(engine_files.files["config.json"])
+    sized_for = (model_config, config.samples_per_step, longest_prompt + config.max_completion_length)
     pool = start_pool(
-        cluster, None, canonical, rollout, config.seed, bundle, sized_for=sized_for, on_engine_ready=weights.load_into
+        cluster, None, tokenizer, rollout, config.seed, engine_files, sized_for=sized_for, on_engine_ready=weights.load_into
     )
     if cluster.device != "cpu":
         pool.sync_weights(weights)  # engines it finds dead are replaced, and load the weights as they are admitted
-    return Components(learner=learner, pool=pool, weights=weights, tokenizer=canonical)
+    return Components(learner=learner, pool=pool, weights=weights, tokenizer=tokenizer)
+
+
+def canonical_tokenizer(config, name: str):
+    """The run's canonical tokenizer from a tokenizer folder or name, as preflight builds it: added tokens,
+    the chat template, the pad fallback (workers/learner/model_setup.py)."""
+    from workers.learner.model_setup import load_tokenizer
+
+    return load_tokenizer(name, config.added_tokens, chat_template=config.chat_template)

@@ -16,7 +16,7 @@ def ours(
 ) -> dict:
     from orchestrator.builtin import search_task
     from orchestrator.config.train import TrainConfig
-    from orchestrator.launch import start_training
+    from orchestrator.launch import canonical_tokenizer, start_training
     from orchestrator.training.loop import GRPORun
     from orchestrator.training.run_dir import RunDir
 
@@ -34,7 +34,7 @@ def ours(
         plot_steps=10**6,
         reward_funcs=["builtin:search_call"],
     )
-    parts = start_training(config, str(model), str(model))
+    parts = start_training(config, str(model), canonical_tokenizer(config, str(model)))
     try:
         run_dir = RunDir.create(config.output_dir)
         run_dir.prepare(config.model_dump(mode="json"))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 def measure(model: Path, engines: int, syncs: int, prompts_per_step: int, n: int, max_tokens: int, seed: int) -> dict:
     from orchestrator.config.train import TrainConfig
-    from orchestrator.launch import start_training
+    from orchestrator.launch import canonical_tokenizer, start_training
 
     config = TrainConfig(
         model=str(model),
@@ -25,7 +25,7 @@ def measure(model: Path, engines: int, syncs: int, prompts_per_step: int, n: int
         seed=seed,
         rollout={"engines": engines},
     )
-    parts = start_training(config, str(model), str(model))
+    parts = start_training(config, str(model), canonical_tokenizer(config, str(model)))
     try:
         reports = []
         for _ in range(syncs):

@@ -32,13 +32,11 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         config = load_config(TrainConfig, Path(args.config) if args.config else DEFAULT_CONFIG, args.overrides)
         run_dir, resume = RunDir.create(config.output_dir), None  # checked here, created after preflight
-    checked = preflight(config)
-    model, tokenizer = checked.model, checked.tokenizer
+    # On resume the canonical tokenizer is the one the checkpoint saved (weights, optimizer and tokenizer as saved).
+    checked = preflight(config, tokenizer_from=str(checkpoint) if args.resume else None)
+    model = checked.model
     if args.resume:
-        from orchestrator.contracts.tokenizer import load_tokenizer
-
-        load_tokenizer(str(checkpoint))  # the learner and every engine load it from there
-        model = tokenizer = str(checkpoint)  # weights, optimizer and canonical tokenizer as saved
+        model = str(checkpoint)
         run_dir.forget_after(resume.step)
         print(f"resuming {run_dir.root} from {checkpoint.name} (step {resume.step})", flush=True)
     else:
@@ -55,7 +53,7 @@ def run_train(args: argparse.Namespace) -> int:
     components = start_training(
         config,
         model,
-        tokenizer,
+        checked.canonical,
         resume_from=model if resume else None,
         policy_version=resume.policy_version if resume else 0,
         max_prompt_tokens=checked.longest_prompt,

@@ -1,7 +1,7 @@
 """`LearnerGroup`: the learner actor(s), their placement group, and the calls the step loop makes.
 
 The driver talks to the learner only through this object: it starts the actors on learner nodes
-(one placement group, owned here and removed at shutdown), asks for the canonical tokenizer, hands
+(one placement group, owned here and removed at shutdown), asks for the model's config, hands
 each step's batch over, has checkpoints saved, and names the actor that publishes weights (`lead`)
 to the weight transport. With `learner.workers` > 1 the actors are the ranks of one data-parallel
 group: each step's batch is split into whole groups per rank (shards.py), and rank 0 is the
@@ -42,7 +42,13 @@ class LearnerGroup:
 
     @classmethod
     def start(
-        cls, cluster, config: GRPOSettings, model: str, tokenizer: str, resume_from: str | None, timeout_s: float
+        cls,
+        cluster,
+        config: GRPOSettings,
+        model: str,
+        tokenizer: str | TokenizerBundle,
+        resume_from: str | None,
+        timeout_s: float,
     ) -> LearnerGroup:
         """Place and start the learner and wait until it has loaded the model; waits up to
         `timeout_s` for a learner node with room."""
@@ -55,8 +61,8 @@ class LearnerGroup:
         """Replace the learner by a new one loaded from `checkpoint` (a checkpoint folder: weights,
         optimizer, scheduler, RNG; None: the model the run started from)."""
         cluster, config, model, tokenizer, resume_from, timeout_s = self._start_args
-        if checkpoint is not None:
-            model = tokenizer = resume_from = checkpoint
+        if checkpoint is not None:  # the canonical tokenizer stays what the run started with
+            model = resume_from = checkpoint
         self.shutdown()
         self.ranks, self._placement_group = _launch(cluster, config, model, tokenizer, resume_from, timeout_s)
         self._node_ids = [None] * len(self.ranks)
@@ -68,8 +74,9 @@ class LearnerGroup:
         self._node_ids = self._call_all("starting", [rank.node_id.remote() for rank in self.ranks])
         self._oom_before = {node: self._probe_node(node) for node in dict.fromkeys(self._node_ids)}
 
-    def engine_bundle(self) -> TokenizerBundle:
-        return self._call("sending the canonical tokenizer and model config", self.lead.engine_bundle.remote())
+    def model_config(self) -> bytes:
+        """The model's config.json as the learner holds it (what engines start from)."""
+        return self._call("sending the model config", self.lead.model_config.remote())
 
     def train_step(self, batch: dict, group_ids: np.ndarray | None = None) -> dict[str, float]:
         """One optimizer step on the step's batch; `group_ids` (each row's group) is needed with more
@@ -194,7 +201,7 @@ def _collective_timed_out(error: BaseException) -> bool:
     return "Timed out waiting" in str(error)
 
 
-def _launch(cluster, config: GRPOSettings, model: str, tokenizer: str, resume_from: str | None, timeout_s: float):
+def _launch(cluster, config: GRPOSettings, model: str, tokenizer, resume_from: str | None, timeout_s: float):
     """(the learner actors by rank, their placement group), placed on learner nodes. Several ranks meet
     at an address and port chosen on rank 0's node before any of them starts."""
     import ray

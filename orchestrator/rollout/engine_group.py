@@ -51,14 +51,14 @@ class EngineGroup:
         tokenizer,
         config: RolloutConfig,
         seed: int = 0,
-        engine_tokenizer: TokenizerBundle | None = None,
+        engine_files: TokenizerBundle | None = None,
         launcher: EngineLauncher | None = None,
     ):
         """`cluster` is where engines go (orchestrator.launch.Cluster: placement and device).
         `tokenizer` is the canonical tokenizer object; `model` a path or name, or None when the
-        engines take their weights from a learner (`engine_tokenizer` then carries config.json too,
-        and `on_engine_ready` must load the weights). `engine_tokenizer` overrides what is shipped
-        to the engines (default: the canonical tokenizer), which is how a mismatch is shown.
+        engines take their weights from a learner (`engine_files` then carries the learner's config.json
+        beside the tokenizer, and `on_engine_ready` must load the weights). `engine_files` is what is
+        shipped to the engines (default: the canonical tokenizer's files).
         `launcher` starts the engines (default: one vLLM `RolloutWorker` actor each)."""
         self.cluster = cluster
         self.model = model
@@ -66,7 +66,7 @@ class EngineGroup:
         self.config = config
         self.seed = seed
         self.expected = fingerprint(tokenizer)
-        self.bundle = engine_tokenizer or bundle_tokenizer(tokenizer)
+        self.bundle = engine_files or bundle_tokenizer(tokenizer)
         self.actors: dict[int, object] = {}  # serving engines only
         self.starting: dict[int, _Starting] = {}
         self.restarts = 0

@@ -17,6 +17,7 @@ from orchestrator.training.requests import tokenize_prompts
 class Checked:
     model: str  # path or hub name the engines and the learner load
     tokenizer: str
+    canonical: object  # the canonical tokenizer, built once: added tokens, chat template, pad fallback
     prompts: list[str]
     columns: list[dict]  # each prompt's other dataset columns (reward functions get them as kwargs)
     prompt_ids: list[list[int]]  # each prompt's ids with the canonical tokenizer: what the engines receive
@@ -28,7 +29,8 @@ class Checked:
     chat_template: str | None = None  # the chat_template's text (a file read here), for the learner
 
 
-def preflight(config: TrainConfig) -> Checked:
+def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked:
+    """`tokenizer_from`: where the canonical tokenizer was saved (a checkpoint, on resume)."""
     from orchestrator.data.conversations import read_chat_template, render_records, split_messages
     from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, resolve_model
     from orchestrator.rewards.functions import resolve
@@ -42,7 +44,7 @@ def preflight(config: TrainConfig) -> Checked:
     check_available(config.report_to)
     model, tokenizer_name = resolve_model(config.model, config.tokenizer)
     template = read_chat_template(config.chat_template)
-    tokenizer = load_tokenizer(tokenizer_name, config.added_tokens, warn=False, chat_template=template)  # the learner warns
+    tokenizer = load_tokenizer(tokenizer_from or tokenizer_name, config.added_tokens, chat_template=template)
     _check_embedding_size(model, tokenizer, resized=bool(config.added_tokens))
     check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
     records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.prompts)
@@ -55,7 +57,9 @@ def preflight(config: TrainConfig) -> Checked:
     columns = [{key: value for key, value in record.items() if key != "prompt"} for record in records]
     eval_set = _eval_set(config, tokenizer, tokenizer_name, model)
     longest = max(lengths + [len(ids) for ids in (eval_set.prompt_ids if eval_set else [])])
-    return Checked(model, tokenizer_name, prompts, columns, prompt_ids, dropped, longest, conversations, eval_set, template)
+    return Checked(
+        model, tokenizer_name, tokenizer, prompts, columns, prompt_ids, dropped, longest, conversations, eval_set, template
+    )
 
 
 def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str) -> EvalSet | None:

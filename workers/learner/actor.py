@@ -7,10 +7,13 @@ holds them gathered whole).
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 
 from orchestrator.contracts.learning import GRPOSettings
-from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
+from orchestrator.contracts.tokenizer import TokenizerBundle
 from workers.learner.data_parallel import DataParallelRank
 
 
@@ -21,7 +24,7 @@ class Learner:
         self,
         config: GRPOSettings,
         model: str,
-        tokenizer: str,
+        tokenizer: str | TokenizerBundle,
         resume_from: str | None = None,
         rank: DataParallelRank | None = None,
     ):
@@ -38,20 +41,20 @@ class Learner:
             from workers.learner.data_parallel import join
 
             join(rank, use_gpu=bool(config.learner.num_gpus))
+        if isinstance(tokenizer, TokenizerBundle):  # the driver's canonical tokenizer, as bytes: no shared filesystem
+            self._tokenizer_dir = tempfile.TemporaryDirectory(prefix="learner-tokenizer-")
+            tokenizer = str(tokenizer.write_to(Path(self._tokenizer_dir.name)))
         self._learner = GRPOLearner(config, model, tokenizer)
         if resume_from is not None:
             self._learner.load_state(resume_from)
 
-    def engine_bundle(self) -> TokenizerBundle:
-        """The tokenizer every engine must use (after added tokens and the pad fallback), plus the
-        model's config.json, so engines can start without the model files and take the weights
-        from the learner."""
+    def model_config(self) -> bytes:
+        """The model's config.json as the learner holds it (embeddings resized for added tokens), so
+        engines can start without the model files and take the weights from the learner."""
         import json
 
-        bundle = bundle_tokenizer(self._learner.tokenizer)
         config = self._learner.trainer.accelerator.unwrap_model(self._learner.model).config
-        files = {**bundle.files, "config.json": json.dumps(config.to_dict(), indent=2).encode()}
-        return TokenizerBundle(files=files)
+        return json.dumps(config.to_dict(), indent=2).encode()
 
     def train_step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         return self._learner.train_step(batch)

@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent(
     from orchestrator.builtin.tiny_model import tiny_model
     from orchestrator.config.train import TrainConfig
     from orchestrator.placement.labels import LEARNER_ROLE, ROLE_LABEL, ROLLOUT_ROLE
-    from orchestrator.launch import start_training
+    from orchestrator.launch import canonical_tokenizer, start_training
     from orchestrator.training.loop import GRPORun
     from orchestrator.training.run_dir import RunDir
 
@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent(
         prompts_per_step=2, num_generations=4, max_completion_length=12, max_steps=2, learning_rate=1e-3,
         rollout={"engines": 2}, output_dir=sys.argv[1],
     )
-    parts = start_training(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    parts = start_training(config, str(tiny.model_dir), canonical_tokenizer(config, str(tiny.tokenizer_dir)))
     run_dir = RunDir.create(config.output_dir)
     run_dir.prepare({})
     metrics = GRPORun(config, search_task.all_prompts(), run_dir, parts).run()

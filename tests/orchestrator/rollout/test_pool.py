@@ -98,7 +98,7 @@ def test_engine_with_a_different_tokenizer_is_refused_before_any_request(tiny, l
         str(tiny.model_dir),
         learner_tokenizer,
         RolloutConfig(engines=1),
-        engine_tokenizer=bundle_tokenizer(base_tokenizer),
+        engine_files=bundle_tokenizer(base_tokenizer),
     )
     with pytest.raises(TokenizerMismatchError) as refused:
         engines.start()
