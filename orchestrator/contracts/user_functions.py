@@ -36,11 +36,17 @@ def resolve(spec: str, key: str, builtins: dict[str, str]) -> Callable:
     return fn
 
 
+_loaded_files: dict[Path, object] = {}  # per process: a file's functions share one module (its globals, caches)
+
+
 def _load_file(path: str, key: str):
     file = Path(path)
     if not file.is_file():
         raise UserError(f"{key}: file {path} does not exist")
+    if file.resolve() in _loaded_files:
+        return _loaded_files[file.resolve()]
     module_spec = importlib.util.spec_from_file_location(f"user_{file.stem}", file)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
+    _loaded_files[file.resolve()] = module
     return module

@@ -7,6 +7,8 @@ wherever the cluster has room, not in the driver.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import math
 from collections.abc import Callable
 
@@ -36,64 +38,119 @@ def score(
 ) -> dict[str, list[float]]:
     """Every reward function on every sample, plus their weighted sum under "reward".
 
-    A function that raises or returns NaN stops the run with an error naming the function and
-    the sample, unless `error_score` is set: then that sample scores `error_score` and is counted
+    TRL's conventions: a function may return None for a sample it does not apply to (that sample's
+    `rewards/<spec>` is NaN and the weighted sum leaves the function out, TRL's nansum), and an
+    `async def` function is awaited (those of one call run concurrently). A function that raises or
+    returns NaN, and a sample that no function scores, stop the run with an error naming the function
+    and the sample, unless `error_score` is set: then that sample scores `error_score` and is counted
     under "reward_errors"."""
     weights = weights or [1.0] * len(specs)
-    total = [0.0] * len(prompts)
+    fns = {spec: _resolved.get(spec) or _resolved.setdefault(spec, resolve(spec)) for spec in specs}
+    args = {"prompts": prompts, "completions": completions, "completion_ids": completion_ids, **kwargs}
+    returned = _call_all(fns, args)
     scores, errors = {}, 0
-    for spec, weight in zip(specs, weights):
-        fn = _resolved.get(spec) or _resolved.setdefault(spec, resolve(spec))
+    for spec in specs:
+        fn, result = fns[spec], returned[spec]
         try:
-            values = _check(
-                spec, fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs), len(prompts)
-            )
+            if isinstance(result, Exception):
+                raise result
+            values = _check(spec, result, len(prompts))
         except RewardError:
             if error_score is None:
                 raise
-            values, failed = _per_sample(spec, fn, prompts, completions, completion_ids, kwargs, error_score)
+            values, failed = _per_sample(fn, args, len(prompts), error_score)
             errors += failed
         except Exception as error:
             if error_score is None:
-                index = _first_failing(fn, prompts, completions, completion_ids, kwargs)
+                index = _first_failing(fn, args, len(prompts))
                 where = f" on sample {index} ({_describe(index, completions, kwargs)})" if index is not None else ""
                 raise RewardError(f"reward function {spec!r} raised {type(error).__name__}: {error}{where}") from None
-            values, failed = _per_sample(spec, fn, prompts, completions, completion_ids, kwargs, error_score)
+            values, failed = _per_sample(fn, args, len(prompts), error_score)
             errors += failed
         scores[f"rewards/{spec}"] = values
-        total = [t + weight * v for t, v in zip(total, values)]
+    total, unscored = _weighted_sum([scores[f"rewards/{spec}"] for spec in specs], weights)
+    if unscored:
+        if error_score is None:
+            index = unscored[0]
+            raise RewardError(
+                f"no reward function scored sample {index} ({_describe(index, completions, kwargs)}): every one of "
+                f"{specs} returned None for it (set reward_error_score to score such samples)"
+            )
+        for index in unscored:
+            total[index] = error_score
+        errors += len(unscored)
     scores["reward"] = total
     scores["reward_errors"] = errors
     return scores
 
 
-def _one(fn, prompts, completions, completion_ids, kwargs, i: int):
-    return fn(
-        prompts=prompts[i : i + 1],
-        completions=completions[i : i + 1],
-        completion_ids=completion_ids[i : i + 1],
-        **{k: v[i : i + 1] for k, v in kwargs.items()},
-    )
-
-
-def _first_failing(fn, prompts, completions, completion_ids, kwargs) -> int | None:
-    """Find which sample makes a batch call fail, by scoring samples one at a time."""
-    for i in range(len(prompts)):
+def _call_all(fns: dict[str, Callable], args: dict) -> dict[str, object]:
+    """Each function's return value (or the exception it raised) on the whole batch; what async
+    functions return is awaited, all of them together."""
+    returned, pending = {}, {}
+    for spec, fn in fns.items():
         try:
-            values = _one(fn, prompts, completions, completion_ids, kwargs, i)
-            if len(values) != 1 or math.isnan(float(values[0])):
+            result = fn(**args)
+        except Exception as error:
+            returned[spec] = error
+            continue
+        if inspect.isawaitable(result):
+            pending[spec] = result
+        else:
+            returned[spec] = result
+    if pending:
+        returned.update(zip(pending, asyncio.run(_gather(pending.values()))))
+    return returned
+
+
+async def _gather(awaitables) -> list:
+    return await asyncio.gather(*awaitables, return_exceptions=True)
+
+
+def _weighted_sum(per_function: list[list[float]], weights: list[float]) -> tuple[list[float], list[int]]:
+    """The weighted sum per sample over the functions that scored it (NaN: did not apply), and the
+    samples that none scored."""
+    total = [0.0] * (len(per_function[0]) if per_function else 0)
+    scored = [False] * len(total)
+    for values, weight in zip(per_function, weights):
+        for index, value in enumerate(values):
+            if not math.isnan(value):
+                total[index] += weight * value
+                scored[index] = True
+    return total, [index for index, done in enumerate(scored) if not done]
+
+
+def _one(fn, args: dict, i: int):
+    """`fn` on sample i alone (awaited if it is async)."""
+    result = fn(**{key: value[i : i + 1] for key, value in args.items()})
+    return asyncio.run(_awaited(result)) if inspect.isawaitable(result) else result
+
+
+async def _awaited(result):
+    return await result
+
+
+def _first_failing(fn, args: dict, count: int) -> int | None:
+    """Find which sample makes a batch call fail, by scoring samples one at a time."""
+    for i in range(count):
+        try:
+            values = _one(fn, args, i)
+            if len(values) != 1 or (values[0] is not None and math.isnan(float(values[0]))):
                 return i
         except Exception:
             return i
     return None
 
 
-def _per_sample(spec, fn, prompts, completions, completion_ids, kwargs, error_score: float) -> tuple[list[float], int]:
+def _per_sample(fn, args: dict, count: int, error_score: float) -> tuple[list[float], int]:
+    """Each sample scored alone; one that fails scores `error_score` (None still means "not applicable")."""
     values, failed = [], 0
-    for i in range(len(prompts)):
+    for i in range(count):
         try:
-            value = float(_one(fn, prompts, completions, completion_ids, kwargs, i)[0])
-            if math.isnan(value):
+            value = _one(fn, args, i)[0]
+            if value is None:
+                value = math.nan  # not applicable: left out of the weighted sum
+            elif math.isnan(value := float(value)):
                 raise ValueError("NaN")
         except Exception:
             value, failed = error_score, failed + 1
@@ -103,17 +160,26 @@ def _per_sample(spec, fn, prompts, completions, completion_ids, kwargs, error_sc
 
 def _describe(index: int, completions, kwargs) -> str:
     parts = [f"{key} {kwargs[key][index]}" for key in ("group_id", "sample_index") if key in kwargs]
-    return ", ".join([*parts, f"completion {completions[index][:80]!r}"])
+    return ", ".join([*parts, f"completion {_text(completions[index])[:80]!r}"])
+
+
+def _text(completion) -> str:
+    """A completion's text, plain or conversational (TRL's `[{"role": "assistant", "content": ...}]`)."""
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        return str(completion[-1].get("content", ""))
+    return str(completion)
 
 
 def _check(spec: str, values, count: int) -> list[float]:
+    """The values as floats, None as NaN (not applicable); an explicit NaN is an error."""
     try:
-        values = [float(v) for v in values]
+        values = list(values)
+        bad = [i for i, v in enumerate(values) if v is not None and math.isnan(float(v))]
+        values = [math.nan if v is None else float(v) for v in values]
     except (TypeError, ValueError) as error:
         raise RewardError(f"reward function {spec!r} returned non-numbers: {error}") from None
     if len(values) != count:
         raise RewardError(f"reward function {spec!r} returned {len(values)} values for {count} samples")
-    bad = [i for i, v in enumerate(values) if math.isnan(v)]
     if bad:
         raise RewardError(f"reward function {spec!r} returned NaN for sample {bad[0]} (of {len(bad)})")
     return values

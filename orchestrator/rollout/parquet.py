@@ -71,8 +71,8 @@ def rollout_table(samples: StepSamples, step: int | None = None) -> pa.Table:
         table = table.append_column("reward", pa.array(samples.reward, pa.float64()))
     if samples.advantage is not None:
         table = table.append_column("advantage", pa.array(samples.advantage, pa.float64()))
-    for name, values in samples.rewards.items():
-        table = table.append_column(name, pa.array(values, pa.float64()))
+    for name, values in samples.rewards.items():  # null where the function did not apply (it returned None)
+        table = table.append_column(name, pa.array(values, pa.float64(), from_pandas=True))
     return table
 
 

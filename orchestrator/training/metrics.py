@@ -34,8 +34,9 @@ def rollout_metrics(samples: StepSamples, eos_token_id: int | None, tools: bool 
     }
     if tools:
         metrics.update(tool_metrics(samples))
-    for name, values in samples.rewards.items():
-        metrics[f"{name}/mean"] = float(np.mean(values))
+    for name, values in samples.rewards.items():  # NaN: the function did not apply to that sample (it returned None)
+        applied = values[~np.isnan(values)]
+        metrics[f"{name}/mean"] = float(applied.mean()) if applied.size else None
     return metrics
 
 
