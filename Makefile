@@ -18,6 +18,13 @@ export PIP_EXTRA_INDEX_URL
 install: $(STAMP)
 
 $(STAMP): pyproject.toml deploy/constraints/$(DEVICE).txt
+	@# pip keeps what a venv holds when it satisfies a pin: torch 2.13.0+cpu satisfies torch==2.13.0, so
+	@# a gpu install over a cpu one (or the reverse) would silently keep the wrong torch and both vLLMs.
+	@for other in $(VENV)/.installed-*; do \
+	  if [ -e "$$other" ] && [ "$$other" != "$(STAMP)" ]; then \
+	    echo "$(VENV) holds the $${other##*.installed-} install; for DEVICE=$(DEVICE) use a venv of its own: make $(MAKECMDGOALS) DEVICE=$(DEVICE) VENV=$(VENV)-$(DEVICE) (or rm -rf $(VENV))"; exit 2; \
+	  fi; \
+	done
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet "pip>=24"
 	$(PY) -m pip install --progress-bar off -c deploy/constraints/$(DEVICE).txt -e ".[$(DEVICE),test]"
@@ -25,6 +32,7 @@ $(STAMP): pyproject.toml deploy/constraints/$(DEVICE).txt
 	@# with them present `import transformers` fails ("operator torchvision::nms does not exist").
 	@# Text models need none of the three.
 	if [ "$(DEVICE)" = cpu ]; then $(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec; fi
+	if [ "$(DEVICE)" = gpu ]; then $(PY) -c "import sys, torch; sys.exit(0 if torch.version.cuda else 'torch ' + torch.__version__ + ' is a CPU build: DEVICE=gpu needs the CUDA build (PyPI torch==2.13.0 on x86-64 Linux)')"; fi
 	$(PY) -c "import transformers, trl, ray, vllm, pyarrow; print('installed: vllm', vllm.__version__, 'trl', trl.__version__, 'ray', ray.__version__)"
 	touch $@
 

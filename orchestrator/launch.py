@@ -27,13 +27,23 @@ class Cluster:
     device: str  # "cuda" if the cluster has GPUs, else "cpu"
 
 
-def connect(num_cpus: float) -> Cluster:
-    """Join or start Ray (a local cluster advertises at least `num_cpus`), and read where actors go."""
+def connect(num_cpus: float, num_gpus: float | None = None) -> Cluster:
+    """Join or start Ray (a local cluster advertises at least `num_cpus`, and `num_gpus` GPUs when given),
+    and read where actors go."""
     from orchestrator.placement.placement import detect
-    from orchestrator.ray_runtime import cluster_has_gpus, init_ray
+    from orchestrator.ray_runtime import cluster_gpus, init_ray
 
-    init_ray(num_cpus=num_cpus)
-    return Cluster(placement=detect(), device="cuda" if cluster_has_gpus() else "cpu")
+    init_ray(num_cpus=num_cpus, num_gpus=num_gpus)
+    gpus = cluster_gpus()
+    if gpus:
+        import sys
+
+        import torch
+
+        from orchestrator.placement.gpus import check_torch_build
+
+        check_torch_build(gpus, torch.__version__, torch.version.cuda, sys.prefix)
+    return Cluster(placement=detect(), device="cuda" if gpus else "cpu")
 
 
 def rollout_cpus(config: RolloutConfig) -> float:
@@ -100,6 +110,9 @@ def start_training(
     transport = make_transport(
         cluster.device, config.weight_sync.timeout_s, config.weight_sync.bucket_mb << 20, rollout.tensor_parallel_size
     )
+    warning = dtype_warning(cluster.device, rollout.dtype, config.learner.bf16)
+    if warning:
+        print(f"warning: {warning}", flush=True)
     # On CPU each engine loads the weights as it is admitted; on GPU one NCCL group spans every engine,
     # so they are all admitted first and synced together.
     weights = PolicyWeights(learner, transport, policy_version, first_sync_together=cluster.device != "cpu")
@@ -112,6 +125,18 @@ def start_training(
     if cluster.device != "cpu":
         pool.sync_weights(weights)  # engines it finds dead are replaced, and load the weights as they are admitted
     return Components(learner=learner, pool=pool, weights=weights, tokenizer=tokenizer)
+
+
+def dtype_warning(device: str, engine_dtype: str, learner_bf16: bool) -> str | None:
+    """What to tell a user whose engines sample in another precision than the learner trains in."""
+    if device != "cuda" or learner_bf16 or engine_dtype not in ("auto", "bfloat16", "float16"):
+        return None
+    sampled = "bfloat16 (vLLM's 'auto' on GPU)" if engine_dtype == "auto" else engine_dtype
+    return (
+        f"the engines sample in {sampled} while the learner trains in float32: the engines' logprobs differ from the "
+        "learner's (rollout/logprob_abs_diff) and are used as the old logprobs uncorrected; set rollout.dtype: "
+        "float32 for exact ones, or learner.bf16: true"
+    )
 
 
 def canonical_tokenizer(config, name: str):

@@ -7,12 +7,14 @@ import os
 LOCAL_HEADROOM_CPUS = 8
 
 
-def init_ray(num_cpus: float | None = None) -> None:
+def init_ray(num_cpus: float | None = None, num_gpus: float | None = None) -> None:
     """Start or join Ray once per process. Locally, advertise at least `num_cpus` logical CPUs.
 
     Rollout engines and the learner reserve CPUs for scheduling; on a 2-core laptop they must
     still all fit, so the local cluster advertises what the run asks for plus room for engines
     added later (replacements, `orchestrator scale`). Logical CPUs only gate scheduling.
+    `num_gpus` (local only): the GPUs the local cluster advertises (None: those it detects; 0 keeps a
+    GPU machine's runs on the CPU, as the CPU test suite does).
     """
     import ray
 
@@ -24,10 +26,17 @@ def init_ray(num_cpus: float | None = None) -> None:
         return
     cpus = max(float(os.cpu_count() or 1), num_cpus or 0.0) + LOCAL_HEADROOM_CPUS
     # address="local": always a fresh one-node cluster, never one that another program started here
-    ray.init(address="local", num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=True)
+    ray.init(
+        address="local",
+        num_cpus=cpus,
+        num_gpus=num_gpus,
+        include_dashboard=False,
+        runtime_env={"env_vars": env},
+        log_to_driver=True,
+    )
 
 
-def cluster_has_gpus() -> bool:
+def cluster_gpus() -> float:
     import ray
 
-    return ray.cluster_resources().get("GPU", 0) > 0
+    return ray.cluster_resources().get("GPU", 0)

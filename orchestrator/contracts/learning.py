@@ -27,8 +27,10 @@ class LearnerConfig(StrictModel):
     num_gpus: int | None = Field(
         None,
         ge=0,
-        description="GPUs for each learner worker. null: 1 when the Ray cluster has GPUs, else 0. 0 on a cluster "
-        "with GPUs is an error (weights reach GPU engines over NCCL from the learner's GPU).",
+        le=1,
+        description="GPUs for each learner worker: 0 or 1 (more GPUs are more workers: learner.workers). null: 1 "
+        "when the Ray cluster has GPUs, else 0. 0 on a cluster with GPUs is an error (weights reach GPU engines "
+        "over NCCL from the learner's GPU).",
     )
     fsdp: bool = Field(
         False,

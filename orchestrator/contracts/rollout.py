@@ -12,7 +12,10 @@ from orchestrator.contracts.strict import StrictModel
 class RolloutConfig(StrictModel):
     engines: int = Field(1, ge=1, description="Number of vLLM engines (one Ray actor each).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Engine weight dtype; 'auto' is float32 on CPU (exact logprobs) and the model's on GPU."
+        "auto",
+        description="Engine weight dtype. 'auto': float32 on CPU (exact logprobs); on GPU vLLM's own choice, bfloat16 "
+        "for a float32 or bfloat16 checkpoint, so engines sample in bf16 while a float32 learner trains (the start-up "
+        "warns; rollout/logprob_abs_diff shows the gap). float32 makes GPU engines match a float32 learner.",
     )
     max_model_len: int | None = Field(None, ge=16, description="Prompt + completion limit; default from the model.")
     kv_cache_memory_bytes: int | None = Field(

@@ -41,6 +41,17 @@ def learner_gpus(config: TrainConfig, cluster_gpus: float, local: bool) -> int:
     return gpus
 
 
+def check_torch_build(cluster_gpus: float, torch_version: str, torch_cuda: str | None, where: str) -> None:
+    """Refuse a GPU cluster driven from a CPU build of torch: the learner would train on the CPU and the
+    NCCL weight sync die at its first call. `make train` then `make train DEVICE=gpu` leaves exactly
+    this: pip keeps the CPU torch the first install put in the venv."""
+    if cluster_gpus > 0 and torch_cuda is None:
+        raise UserError(
+            f"the Ray cluster has {cluster_gpus:g} GPUs but torch {torch_version} in {where} is a CPU build: install "
+            "the CUDA build in a venv of its own, e.g. `make train DEVICE=gpu VENV=.venv-gpu` (see README, GPU machine)"
+        )
+
+
 def with_learner_gpus(config: TrainConfig, local: bool) -> TrainConfig:
     """`config` with `learner.num_gpus` decided for the Ray cluster this process is connected to."""
     import ray

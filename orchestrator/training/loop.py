@@ -37,6 +37,7 @@ from orchestrator.training.prefetch import Prefetcher
 from orchestrator.training.requests import build_requests, tokenize_prompts
 from orchestrator.training.run_dir import ResumeState, RunDir, resume_hint
 from orchestrator.training.trackers import make_trackers
+from workers.weights.transport import LearnerSyncTimeout
 
 
 class GRPORun:
@@ -140,6 +141,10 @@ class GRPORun:
             f"(learner restart {self._learner_restarts} of learner.max_restarts={self.config.learner.max_restarts})",
             flush=True,
         )
+        if isinstance(death, LearnerSyncTimeout):
+            # Engines stuck in the dead learner's NCCL broadcast never finish it: replace them now, not
+            # once the next sync has timed out on them too (async: the generation thread replaces them).
+            self.parts.pool.drop(death.engines, replace_now=not self._prefetch.running)
         self._prefetch.discard()  # async: the batch generated ahead comes from the rewound stream again
         self.parts.learner.restart(str(checkpoint) if checkpoint else None)
         self.weights.learner_replaced(state.policy_version)

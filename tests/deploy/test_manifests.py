@@ -37,7 +37,7 @@ MANIFESTS = {"RayJob": DEPLOY_DIR / "rayjob.yaml", "RayCluster": DEPLOY_DIR / "r
 CRD_FILES = {"RayJob": "ray.io_rayjobs.yaml", "RayCluster": "ray.io_rayclusters.yaml"}
 # KubeRay derives pod, service and job names from these, hence the limits.
 MAX_NAME_LENGTH = {"RayJob": 47, "RayCluster": 53}
-ENTRYPOINT = "python -m orchestrator train --config configs/cluster/qwen2-0.5b-tldr.yaml"
+ENTRYPOINT = "python -m orchestrator train --config /app/configs/cluster/qwen2-0.5b-tldr.yaml"
 GROUP_ROLES = {
     "rollout": (placement.ROLLOUT_ROLE, placement.ROLLOUT_RESOURCE),
     "learner": (placement.LEARNER_ROLE, placement.LEARNER_RESOURCE),
@@ -420,7 +420,7 @@ def test_worker_groups_are_gpu_groups_and_rollout_autoscales(kind):
     rollout = workers["rollout"]
     assert rollout["maxReplicas"] > rollout["minReplicas"], "the rollout group cannot scale"
     learner = workers["learner"]
-    assert learner["minReplicas"] == learner["replicas"] == learner["maxReplicas"] == 1
+    assert learner["minReplicas"] == learner["replicas"] == learner["maxReplicas"]
 
 
 @pytest.mark.parametrize("kind", sorted(MANIFESTS))
@@ -498,3 +498,38 @@ def test_dockerfile_pins_the_whole_stack():
     assert base.startswith("nvidia/cuda:") and not base.endswith(":latest"), base
     assert "pip install --no-deps -e" in text, "install the project without its CPU-only deps"
     assert dockerfile_ray_version() == "2.60.0"
+
+
+def _pod_gpus(group: dict) -> int:
+    return sum(int(c["resources"]["limits"].get(GPU, 0)) for c in group["template"]["spec"]["containers"])
+
+
+def test_the_rayjob_entrypoint_config_is_an_absolute_path_in_the_image():
+    """A RayJob sets no working_dir: a relative --config would depend on where the driver starts."""
+    workdir = re.search(r"^WORKDIR\s+(\S+)", DOCKERFILE.read_text(encoding="utf-8"), flags=re.M).group(1)
+    config = load_manifest("RayJob")["spec"]["entrypoint"].split("--config", 1)[1].split()[0]
+    assert Path(config).is_absolute() and config.startswith(workdir + "/"), config
+    assert (REPO_ROOT / Path(config).relative_to(workdir)).is_file(), f"{config}: no such file in the image's {workdir}"
+
+
+def test_the_rayjob_starts_the_pods_its_config_needs():
+    """Every engine of the entrypoint's config (rollout.engines x tensor_parallel_size GPUs, each engine on
+    one pod) is placed by the pods the job starts, and the learner group has a pod per learner worker:
+    otherwise start-up waits rollout.startup_timeout_s for pods that never come."""
+    from orchestrator.config.loading import load_config
+    from orchestrator.config.train import TrainConfig
+
+    config_path = load_manifest("RayJob")["spec"]["entrypoint"].split("--config", 1)[1].split()[0]
+    config = load_config(TrainConfig, REPO_ROOT / Path(config_path).relative_to("/app"), [])
+    workers = {g["groupName"]: g for g in cluster_spec(load_manifest("RayJob"))["workerGroupSpecs"]}
+    rollout, learner = workers["rollout"], workers["learner"]
+    tp = config.rollout.tensor_parallel_size
+    assert _pod_gpus(rollout) >= tp, (
+        f"a rollout pod has {_pod_gpus(rollout)} GPUs; an engine of tensor_parallel_size {tp} needs them on one pod"
+    )
+    engines_placed = rollout["replicas"] * (_pod_gpus(rollout) // tp)
+    assert engines_placed >= config.rollout.engines, (
+        f"rollout replicas {rollout['replicas']} x {_pod_gpus(rollout)} GPUs place {engines_placed} engines; the config asks for {config.rollout.engines}"
+    )
+    assert learner["replicas"] == config.learner.workers, "one learner pod per learner worker (learner.workers)"
+    assert _pod_gpus(learner) >= (config.learner.num_gpus or 1)

@@ -42,6 +42,13 @@ class GRPOLearner:
         from datasets import Dataset
         from trl import GRPOConfig, GRPOTrainer
 
+        if config.learner.num_gpus and not torch.cuda.is_available():
+            # Training on the CPU instead would only show as NCCL dying in the first weight sync.
+            raise RuntimeError(
+                f"learner.num_gpus is {config.learner.num_gpus} but torch {torch.__version__} sees no GPU here "
+                f"(CUDA build: {torch.version.cuda or 'none, a CPU build'}): install the CUDA build of torch "
+                "(`make install DEVICE=gpu` in a venv of its own), or update the NVIDIA driver (580 or newer for CUDA 13.0)"
+            )
         torch.manual_seed(config.seed)
         self.config = config
         self._scratch = tempfile.TemporaryDirectory(prefix="grpo-learner-")

@@ -1,9 +1,9 @@
 """Loaded into each vLLM worker process (`worker_extension_cls`): receive packed weights in place.
 
 The bytes arrive in the engine actor's shared-memory staging region (workers/weights/staging.py);
-only their headers travel through `collective_rpc`. `model_runner.reload_weights` is used rather
-than `model.load_weights`: on the CPU backend the latter fails after start-up because linear layers
-are repacked when the model loads.
+only their headers travel through `collective_rpc`. The worker's `reload_weights` (vLLM's config
+context around `model_runner.reload_weights`) is used rather than `model.load_weights`: on the CPU
+backend the latter fails after start-up because linear layers are repacked when the model loads.
 """
 
 from __future__ import annotations
@@ -24,5 +24,7 @@ class WeightReceiver:
             for bucket in buckets:
                 yield from unpack(bucket)
 
-        self.model_runner.reload_weights(weights_iterator=tensors())
+        # The worker's own reload_weights: it runs the model runner's under vLLM's config context, which
+        # the GPU path needs (on CPU the model runner alone also worked).
+        self.reload_weights(weights_iterator=tensors())
         return checksum(buckets)

@@ -18,7 +18,7 @@ def test_the_default_takes_a_gpu_exactly_when_the_cluster_has_gpus():
 
 def test_an_explicit_count_is_kept():
     assert learner_gpus(TrainConfig(learner={"num_gpus": 0}), cluster_gpus=0, local=True) == 0
-    assert learner_gpus(TrainConfig(learner={"num_gpus": 2}), cluster_gpus=4, local=True) == 2
+    assert learner_gpus(TrainConfig(learner={"num_gpus": 1}), cluster_gpus=4, local=True) == 1
     # Across nodes GPU nodes may still be joining: the placement deadline decides, not this count.
     assert learner_gpus(TrainConfig(learner={"num_gpus": 1}), cluster_gpus=0, local=False) == 1
 
@@ -48,3 +48,31 @@ def test_every_learner_worker_counts_its_own_gpus():
     with pytest.raises(UserError, match=r"has 2 GPUs but the run needs 3: .*learner.num_gpus \(1\) x learner.workers \(2\)"):
         learner_gpus(config, cluster_gpus=2, local=True)
     assert learner_gpus(config, cluster_gpus=3, local=True) == 1  # per worker
+
+
+def test_more_than_one_gpu_per_learner_worker_is_refused_naming_the_key():
+    """One worker with 2 GPUs would make transformers set n_gpu=2, and TRL refuses nn.DataParallel: more
+    GPUs are more data-parallel workers."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"learner\.num_gpus[\s\S]*less than or equal to 1"):
+        TrainConfig(learner={"num_gpus": 2})
+
+
+def test_a_gpu_cluster_driven_by_a_cpu_build_of_torch_stops_in_one_line():
+    """`make train` then `make train DEVICE=gpu` in one venv keeps the CPU torch: say so, not NCCL's error."""
+    from orchestrator.placement.gpus import check_torch_build
+
+    check_torch_build(0, "2.13.0+cpu", None, "/venv")  # no GPUs: the CPU build is right
+    check_torch_build(2, "2.13.0", "13.0", "/venv")
+    with pytest.raises(UserError, match=r"2 GPUs but torch 2.13.0\+cpu in /venv is a CPU build: .*VENV=.venv-gpu"):
+        check_torch_build(2, "2.13.0+cpu", None, "/venv")
+
+
+def test_a_learner_given_a_gpu_it_cannot_see_refuses_to_train_on_the_cpu(tiny):
+    """A CPU torch, or an NVIDIA driver too old for the CUDA build: refused before the model loads."""
+    from workers.learner.grpo import GRPOLearner
+
+    config = TrainConfig(learner={"num_gpus": 1})
+    with pytest.raises(RuntimeError, match=r"learner.num_gpus is 1 but torch .* sees no GPU here .*NVIDIA driver"):
+        GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))

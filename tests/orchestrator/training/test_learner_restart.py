@@ -1,0 +1,69 @@
+"""After the learner is declared stuck in a weight sync (`LearnerSyncTimeout`), the engines that were
+still in that sync are replaced at once: on the NCCL path they wait in the dead learner's broadcast
+forever, and syncing them again would only time out a second time. Stand-ins for the pool and the
+learner; the loop's own restart code runs."""
+
+from orchestrator.config.train import TrainConfig
+from orchestrator.launch import Components
+from orchestrator.learner.weights import PolicyWeights
+from orchestrator.training.loop import GRPORun
+from orchestrator.training.metrics import MetricsLog
+from orchestrator.training.run_dir import RunDir
+from workers.weights.transport import LearnerSyncTimeout, SyncReport
+
+
+class _Pool:
+    def __init__(self):
+        self.calls = []
+
+    def drop(self, dead, replace_now=True):
+        self.calls.append(("drop", sorted(dead), replace_now))
+
+    def sync_weights(self, weights, replace_now=True):
+        self.calls.append(("sync", weights.version))
+        return SyncReport(weights.version, "c0ffee", 0, 0.0)
+
+
+class _Learner:
+    def __init__(self):
+        self.restarted_from = []
+
+    def restart(self, checkpoint):
+        self.restarted_from.append(checkpoint)
+
+
+class _Transport:
+    def __init__(self):
+        self.replaced = 0
+
+    def learner_replaced(self):
+        self.replaced += 1
+
+
+def _run(tmp_path):
+    pool, learner, transport = _Pool(), _Learner(), _Transport()
+    weights = PolicyWeights(learner, transport, version=3)
+    config = TrainConfig(prompts_per_step=2, num_generations=2, max_steps=4, output_dir=str(tmp_path / "run"))
+    run_dir = RunDir.create(config.output_dir)
+    run_dir.prepare(config.model_dump(mode="json"))
+    parts = Components(learner=learner, pool=pool, weights=weights, tokenizer=None)
+    run = GRPORun(config, ["a", "b"], run_dir, parts, prompt_ids=[[1], [2]])
+    run._log = MetricsLog(run_dir.metrics)
+    return run, pool, learner, transport
+
+
+def test_engines_stuck_in_a_timed_out_sync_are_replaced_before_the_next_sync(tmp_path):
+    run, pool, learner, transport = _run(tmp_path)
+    stuck = {1: TimeoutError("engine 1: NCCL weight sync to version 4 did not finish"), 3: TimeoutError("engine 3")}
+    death = LearnerSyncTimeout("NCCL weight sync to version 4 did not finish: the learner is stuck", engines=stuck)
+    assert run._restart_learner(death, step=4) == 0  # no checkpoint yet: from the initial model
+    assert pool.calls == [("drop", [1, 3], True), ("sync", 0)]  # dropped first, then the others synced
+    assert learner.restarted_from == [None] and transport.replaced == 1 and run.weights.version == 0
+
+
+def test_a_learner_that_died_otherwise_leaves_the_engines_to_the_sync(tmp_path):
+    from orchestrator.contracts.errors import LearnerDiedError
+
+    run, pool, _, _ = _run(tmp_path)
+    run._restart_learner(LearnerDiedError("the learner died while training (out of memory)"), step=2)
+    assert pool.calls == [("sync", 0)]
