@@ -22,7 +22,8 @@ $(STAMP): pyproject.toml deploy/constraints/$(DEVICE).txt
 	@# a gpu install over a cpu one (or the reverse) would silently keep the wrong torch and both vLLMs.
 	@for other in $(VENV)/.installed-*; do \
 	  if [ -e "$$other" ] && [ "$$other" != "$(STAMP)" ]; then \
-	    echo "$(VENV) holds the $${other##*.installed-} install; for DEVICE=$(DEVICE) use a venv of its own: make $(MAKECMDGOALS) DEVICE=$(DEVICE) VENV=$(VENV)-$(DEVICE) (or rm -rf $(VENV))"; exit 2; \
+	    torch=$$($(PY) -c 'import torch; print(" (torch " + torch.__version__ + ")")' 2>/dev/null); \
+	    echo "$(VENV) holds the $${other##*.installed-} install$$torch; for DEVICE=$(DEVICE) use a venv of its own: make $(MAKECMDGOALS) DEVICE=$(DEVICE) VENV=$(VENV)-$(DEVICE) (or rm -rf $(VENV))"; exit 2; \
 	  fi; \
 	done
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
