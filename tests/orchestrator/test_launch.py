@@ -15,3 +15,12 @@ def test_matching_precisions_and_cpu_runs_say_nothing():
     assert dtype_warning("cpu", "auto", learner_bf16=False) is None  # float32 engines on CPU
     assert dtype_warning("cuda", "float32", learner_bf16=False) is None
     assert dtype_warning("cuda", "auto", learner_bf16=True) is None
+
+
+def test_the_cpu_suites_ray_session_keeps_engines_and_learners_on_the_cpu(ray_session):
+    """On a GPU machine (`make test DEVICE=gpu`) the CPU suite's fixtures must not put their engines on
+    GPUs in bf16: its Ray session advertises none, and only tests marked `gpu` start clusters with GPUs."""
+    import ray
+
+    assert ray_session.device == "cpu"
+    assert ray.cluster_resources().get("GPU", 0) == 0
