@@ -19,10 +19,6 @@ from orchestrator.contracts.errors import UserError
 class TokenizerBundle:
     files: dict[str, bytes]
 
-    @property
-    def size_bytes(self) -> int:
-        return sum(len(data) for data in self.files.values())
-
     def write_to(self, folder: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         for name, data in self.files.items():
