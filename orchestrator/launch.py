@@ -34,16 +34,7 @@ def connect(num_cpus: float, num_gpus: float | None = None) -> Cluster:
     from orchestrator.ray_runtime import cluster_gpus, init_ray
 
     init_ray(num_cpus=num_cpus, num_gpus=num_gpus)
-    gpus = cluster_gpus()
-    if gpus:
-        import sys
-
-        import torch
-
-        from orchestrator.placement.gpus import check_torch_build
-
-        check_torch_build(gpus, torch.__version__, torch.version.cuda, sys.prefix)
-    return Cluster(placement=detect(), device="cuda" if gpus else "cpu")
+    return Cluster(placement=detect(), device="cuda" if cluster_gpus() else "cpu")
 
 
 def rollout_cpus(config: RolloutConfig) -> float:
@@ -99,10 +90,19 @@ def start_training(
     loaded into them, so no node but the learner's needs the model files."""
     from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
     from orchestrator.placement.gpus import with_learner_gpus
+    from orchestrator.ray_runtime import cluster_gpus
     from workers.weights.factory import make_transport
 
     rollout = config.rollout
     cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus * config.learner.workers + 1)  # +1: reward tasks
+    if cluster.device == "cuda" and cluster.placement.mode == "local":  # this machine's torch is the learner's
+        import sys
+
+        import torch
+
+        from orchestrator.placement.gpus import check_torch_build
+
+        check_torch_build(cluster_gpus(), torch.__version__, torch.version.cuda, sys.prefix)
     config = with_learner_gpus(config, local=cluster.placement.mode == "local")  # learner.num_gpus null -> 0 or 1
     bundle = bundle_tokenizer(tokenizer)
     learner = LearnerGroup.start(cluster, config, model, bundle, resume_from, rollout.startup_timeout_s)
@@ -128,20 +128,24 @@ def start_training(
 
 
 def dtype_warning(device: str, engine_dtype: str, learner_bf16: bool) -> str | None:
-    """What to tell a user whose engines sample in another precision than the learner trains in."""
-    if device != "cuda" or learner_bf16 or engine_dtype not in ("auto", "bfloat16", "float16"):
+    """What to tell a user whose GPU engines sample in another precision than the learner trains in.
+    vLLM's 'auto' is taken as bfloat16, what it picks for a float32 or bfloat16 checkpoint."""
+    learner = "bfloat16" if learner_bf16 else "float32"
+    engines = "bfloat16" if engine_dtype == "auto" else engine_dtype
+    if device != "cuda" or engines == learner:
         return None
-    sampled = "bfloat16 (vLLM's 'auto' on GPU)" if engine_dtype == "auto" else engine_dtype
+    named = "bfloat16 (vLLM's 'auto' on GPU)" if engine_dtype == "auto" else engine_dtype
     return (
-        f"the engines sample in {sampled} while the learner trains in float32: the engines' logprobs differ from the "
-        "learner's (rollout/logprob_abs_diff) and are used as the old logprobs uncorrected; set rollout.dtype: "
-        "float32 for exact ones, or learner.bf16: true"
+        f"the engines sample in {named} while the learner trains in {learner}: the engines' logprobs differ from the "
+        f"learner's (rollout/logprob_abs_diff) and are used as the old logprobs uncorrected; set rollout.dtype: "
+        f"{learner} for matching ones"
     )
 
 
 def canonical_tokenizer(config, name: str):
     """The run's canonical tokenizer from a tokenizer folder or name, as preflight builds it: added tokens,
-    the chat template, the pad fallback (workers/learner/model_setup.py)."""
+    the chat template (a file is read), the pad fallback (workers/learner/model_setup.py)."""
+    from orchestrator.data.conversations import read_chat_template
     from workers.learner.model_setup import load_tokenizer
 
-    return load_tokenizer(name, config.added_tokens, chat_template=config.chat_template)
+    return load_tokenizer(name, config.added_tokens, chat_template=read_chat_template(config.chat_template))

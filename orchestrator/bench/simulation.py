@@ -32,11 +32,13 @@ PROGRESS_EVERY_S = 10.0
 def workload(prompts: int, num_generations: int, max_tokens: int, seed: int = 0):
     """The built-in task's prompts, streamed and tokenised as `train` does, one group each, and each
     prompt's dataset columns (a `topic`, which the reward task receives as `train`'s would)."""
+    import numpy as np
     from transformers import AutoTokenizer
 
     from orchestrator.builtin import search_task
     from orchestrator.builtin.tiny_model import tiny_model
     from orchestrator.data.stream import PromptStream
+    from orchestrator.rollout.samples import Ragged
     from orchestrator.training.requests import build_requests, tokenize_prompts
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model().tokenizer_dir)
@@ -44,7 +46,7 @@ def workload(prompts: int, num_generations: int, max_tokens: int, seed: int = 0)
     columns = [{"topic": search_task.topic_of(text)} for text in texts]
     sampling = SamplingConfig(max_tokens=max_tokens, temperature=1.0, seed=seed)
     items = PromptStream(texts, seed=seed).take(prompts)
-    requests = build_requests(items, tokenize_prompts(texts, tokenizer), num_generations, sampling)
+    requests = build_requests(items, Ragged.of(tokenize_prompts(texts, tokenizer), np.int32), num_generations, sampling)
     return tokenizer, requests, columns
 
 

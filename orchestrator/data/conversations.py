@@ -83,12 +83,6 @@ def render(tokenizer, messages: list[dict]) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def encode(tokenizer, text: str, conversational: bool) -> list[int]:
-    """Token ids of a prompt. A rendered chat already holds every special token its template
-    wants (a BOS included), so none is added, as `apply_chat_template(tokenize=True)` does."""
-    return tokenizer(text, add_special_tokens=not conversational)["input_ids"]
-
-
 MESSAGES = "__messages__"  # where render_records keeps each record's conversation beside its text
 
 

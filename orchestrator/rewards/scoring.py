@@ -10,15 +10,15 @@ per-sample fields (group_id, sample_index, finish_reason, stop_reason), and the 
 columns by name, built straight from the results: no table per task. `train` and `simulate` both
 score through these classes, so the simulation measures exactly what a training step does.
 
-Groups are scored while the others still generate, several groups per reward task. A reward task per group would start scoring the moment a group is back, but each Ray task costs
-milliseconds of scheduling and a worker process's time whatever it scores, and on a small machine
-it takes that time from the engines: at hundreds of groups per second the tasks fall behind
-generation, and on a small step the overlap saves less than the tasks cost. Here a task starts
-once `min_samples` samples wait (`reward_batch_samples`), and at most `max_tasks` run at once;
-groups that come back meanwhile wait on the driver and go together in the next task. Whatever
-still waits when generation ends is scored then. So a step smaller than `min_samples` is scored
-in one task at the end, and a large one overlaps generation with tasks that grow instead of
-multiplying.
+Groups are scored while the others still generate, several groups per reward task. A reward task per
+group would start scoring the moment a group is back, but each Ray task costs milliseconds of
+scheduling and a worker process's time whatever it scores, and on a small machine it takes that time
+from the engines: at hundreds of groups per second the tasks fall behind generation, and on a small
+step the overlap saves less than the tasks cost. Here a task starts once `min_samples` samples wait
+(`reward_batch_samples`), and at most `max_tasks` run at once; groups that come back meanwhile wait
+on the driver and go together in the next task. Whatever still waits when generation ends is scored
+then. So a step smaller than `min_samples` is scored in one task at the end, and a large one
+overlaps generation with tasks that grow instead of multiplying.
 """
 
 from __future__ import annotations

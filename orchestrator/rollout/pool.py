@@ -70,8 +70,8 @@ class RolloutPool:
         for engine_id, error in dead.items():
             if replace_now:
                 self.engines.engine_died(engine_id, error)
-            elif engine_id in self.engines.actors:
-                self.engines.launcher.kill(self.engines.actors[engine_id])
+            elif (actor := self.engines.actors.get(engine_id)) is not None:  # the generation thread may drop it first
+                self.engines.launcher.kill(actor)
 
     def generate(self, requests: list[GroupRequest], on_result: Callable[[GroupResult], None] | None = None) -> list[GroupResult]:
         """Generate every group; results in completion order (assemble them by group id).

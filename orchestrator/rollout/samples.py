@@ -2,8 +2,8 @@
 
     samples = StepSamples.assemble(requests, results)   # groups in request order, every shape checked
     samples.reward, samples.advantage = ...             # the step adds its scores
-    learner_batch(samples, pad)                         # training/batch.py: padded arrays for TRL
-    write_parquet(samples.table(step), path)            # parquet.py: the one place Arrow appears
+    learner_batch(samples, samples.advantage, pad)      # training/batch.py: padded arrays for TRL
+    write_parquet(rollout_table(samples, step), path)   # parquet.py: the one place Arrow appears
 
 Built once after assembly (groups.py checks each group's shape); rewards, advantages, the learner's
 batch, the metrics and evaluation all read these numpy columns. Token columns are ragged: one flat

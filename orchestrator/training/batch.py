@@ -18,12 +18,13 @@ from orchestrator.rollout.samples import StepSamples
 
 
 def learner_batch(samples: StepSamples, advantages: np.ndarray, pad_token_id: int) -> dict[str, np.ndarray]:
-    wrong = np.flatnonzero(samples.logprobs.lengths != samples.completion_ids.lengths)
-    if wrong.size:
-        row = int(wrong[0])
-        raise ValueError(
-            f"row {row}: {samples.completion_ids.lengths[row]} completion tokens but {samples.logprobs.lengths[row]} logprobs"
-        )
+    for name, column in (("logprobs", samples.logprobs), ("tool_mask", samples.tool_mask)):
+        wrong = np.flatnonzero(column.lengths != samples.completion_ids.lengths)
+        if wrong.size:
+            row = int(wrong[0])
+            raise ValueError(
+                f"row {row}: {samples.completion_ids.lengths[row]} completion tokens but {column.lengths[row]} {name}"
+            )
     prompt_width = int(samples.prompt_ids.lengths.max())
     completion_width = max(1, int(samples.completion_ids.lengths.max()))
     prompt_ids, prompt_mask = samples.prompt_ids.padded(prompt_width, pad_token_id, np.int64, left=True)
@@ -34,7 +35,7 @@ def learner_batch(samples: StepSamples, advantages: np.ndarray, pad_token_id: in
         "prompt_mask": prompt_mask,
         "completion_ids": completion_ids,
         "completion_mask": completion_mask,
-        "old_per_token_logps": np.nan_to_num(logps, nan=0.0),  # observation tokens have none
+        "old_per_token_logps": np.where(np.isnan(logps), np.float32(0.0), logps),  # observation tokens have none
         "advantages": np.asarray(advantages, dtype=np.float32),
     }
     if not samples.tool_mask.values.all():

@@ -25,7 +25,7 @@ from orchestrator.data.stream import PromptStream
 from orchestrator.launch import Components
 from orchestrator.rewards.scoring import RewardScorer, StepRewards
 from orchestrator.rollout.parquet import rollout_table, write_parquet
-from orchestrator.rollout.samples import StepSamples
+from orchestrator.rollout.samples import Ragged, StepSamples
 from orchestrator.training import plots
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
@@ -51,7 +51,7 @@ class GRPORun:
         columns: list[dict] | None = None,
         conversations: list[list[dict]] | None = None,
         eval_set: EvalSet | None = None,
-        prompt_ids: list[list[int]] | None = None,
+        prompt_ids: Ragged | None = None,
     ):
         """`columns`: each prompt's other dataset columns, passed to reward functions by name.
         `conversations`: each prompt's messages when the prompts are conversations (`prompts` are
@@ -60,7 +60,8 @@ class GRPORun:
         self.config = config
         self.conversations = conversations
         if prompt_ids is None:
-            prompt_ids = tokenize_prompts(prompts, components.tokenizer, conversational=conversations is not None)
+            ids = tokenize_prompts(prompts, components.tokenizer, conversational=conversations is not None)
+            prompt_ids = Ragged.of(ids, np.int32)
         self.prompt_ids = prompt_ids
         self.evaluation = Evaluation(config, eval_set) if eval_set is not None else None
         self.run_dir = run_dir
@@ -145,7 +146,10 @@ class GRPORun:
             # Engines stuck in the dead learner's NCCL broadcast never finish it: replace them now, not
             # once the next sync has timed out on them too (async: the generation thread replaces them).
             self.parts.pool.drop(death.engines, replace_now=not self._prefetch.running)
-        self._prefetch.discard()  # async: the batch generated ahead comes from the rewound stream again
+        try:
+            self._prefetch.discard()  # async: the batch generated ahead comes from the rewound stream again
+        except LearnerDiedError:
+            pass  # it was admitting an engine, whose weights come from the dead learner: discarded anyway
         self.parts.learner.restart(str(checkpoint) if checkpoint else None)
         self.weights.learner_replaced(state.policy_version)
         self._log.close()

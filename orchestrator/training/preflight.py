@@ -7,8 +7,11 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
+
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.errors import UserError
+from orchestrator.rollout.samples import Ragged
 from orchestrator.training.evaluation import EvalSet
 from orchestrator.training.requests import tokenize_prompts
 
@@ -20,7 +23,7 @@ class Checked:
     canonical: object  # the canonical tokenizer, built once: added tokens, chat template, pad fallback
     prompts: list[str]
     columns: list[dict]  # each prompt's other dataset columns (reward functions get them as kwargs)
-    prompt_ids: list[list[int]]  # each prompt's ids with the canonical tokenizer: what the engines receive
+    prompt_ids: Ragged  # each prompt's ids with the canonical tokenizer: what the engines receive
     dropped_prompts: int
     longest_prompt: int  # tokens
     # Chat prompts and evaluation (data/conversations.py, training/evaluation.py)
@@ -57,9 +60,8 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
     columns = [{key: value for key, value in record.items() if key != "prompt"} for record in records]
     eval_set = _eval_set(config, tokenizer, tokenizer_name, model)
     longest = max(lengths + [len(ids) for ids in (eval_set.prompt_ids if eval_set else [])])
-    return Checked(
-        model, tokenizer_name, tokenizer, prompts, columns, prompt_ids, dropped, longest, conversations, eval_set, template
-    )
+    ids = Ragged.of(prompt_ids, np.int32)
+    return Checked(model, tokenizer_name, tokenizer, prompts, columns, ids, dropped, longest, conversations, eval_set, template)
 
 
 def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str) -> EvalSet | None:

@@ -12,6 +12,7 @@ from orchestrator.contracts.groups import GroupRequest
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
 from orchestrator.data.stream import StreamItem
+from orchestrator.rollout.samples import Ragged
 
 
 def tokenize_prompts(prompts: list[str], tokenizer, conversational: bool = False) -> list[list[int]]:
@@ -22,18 +23,19 @@ def tokenize_prompts(prompts: list[str], tokenizer, conversational: bool = False
 
 def build_requests(
     items: list[StreamItem],
-    prompt_ids: list[list[int]],
+    prompt_ids: Ragged,
     num_generations: int,
     sampling: SamplingConfig,
     tools: ToolUse | None = None,
 ) -> list[GroupRequest]:
-    """One request per item; `prompt_ids[i]` are the ids of prompt i of the prompt list."""
+    """One request per item; `prompt_ids[i]` are the ids of prompt i of the prompt list (one int32 array
+    for the whole list: a driver holds every prompt's ids for the whole run)."""
     return [
         GroupRequest(
             group_id=item.group_id,
             prompt_index=item.prompt_index,
             prompt=item.prompt,
-            prompt_ids=prompt_ids[item.prompt_index],
+            prompt_ids=prompt_ids[item.prompt_index].tolist(),
             num_generations=num_generations,
             sampling=sampling,
             tools=tools,

@@ -9,6 +9,7 @@ def test_bf16_engines_beside_a_float32_learner_are_named_once():
     assert "bfloat16 (vLLM's 'auto' on GPU) while the learner trains in float32" in warning
     assert "rollout.dtype: float32" in warning
     assert dtype_warning("cuda", "float16", learner_bf16=False).startswith("the engines sample in float16")
+    assert "while the learner trains in bfloat16" in dtype_warning("cuda", "float16", learner_bf16=True)
 
 
 def test_matching_precisions_and_cpu_runs_say_nothing():

@@ -9,7 +9,6 @@ from orchestrator.builtin.chat_model import CHAT_TEMPLATE, build_tokenizer
 from orchestrator.contracts.errors import UserError
 from orchestrator.data.conversations import (
     ChatTemplateError,
-    encode,
     render,
     render_records,
     require_template,
@@ -17,6 +16,7 @@ from orchestrator.data.conversations import (
     with_system_prompt,
 )
 from orchestrator.data.prompts import read_records
+from orchestrator.training.requests import tokenize_prompts
 
 SINGLE = [{"role": "user", "content": "What is 3 + 4?"}]
 MULTI = [
@@ -31,7 +31,7 @@ MULTI = [
 def chat_tokenizer():
     texts = [f"{m['role']}\n{m['content']}" for m in SINGLE + MULTI] * 20
     tokenizer = build_tokenizer(texts, vocab_size=300)
-    tokenizer.bos_token = "<|endoftext|>"  # a template that starts with BOS: encode must not add a second
+    tokenizer.bos_token = "<|endoftext|>"  # a template that starts with BOS: tokenising must not add a second
     tokenizer.chat_template = "{{ bos_token }}" + CHAT_TEMPLATE
     return tokenizer
 
@@ -42,7 +42,7 @@ def test_rendering_equals_apply_chat_template(chat_tokenizer, messages):
     assert text == chat_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert text.endswith("<|im_start|>assistant\n")
     expected_ids = chat_tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
-    assert encode(chat_tokenizer, text, conversational=True) == expected_ids
+    assert tokenize_prompts([text], chat_tokenizer, conversational=True) == [expected_ids]
 
 
 def test_render_records_keeps_the_messages_and_columns(chat_tokenizer):

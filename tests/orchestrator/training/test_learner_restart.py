@@ -3,9 +3,12 @@ still in that sync are replaced at once: on the NCCL path they wait in the dead 
 forever, and syncing them again would only time out a second time. Stand-ins for the pool and the
 learner; the loop's own restart code runs."""
 
+import numpy as np
+
 from orchestrator.config.train import TrainConfig
 from orchestrator.launch import Components
 from orchestrator.learner.weights import PolicyWeights
+from orchestrator.rollout.samples import Ragged
 from orchestrator.training.loop import GRPORun
 from orchestrator.training.metrics import MetricsLog
 from orchestrator.training.run_dir import RunDir
@@ -47,7 +50,7 @@ def _run(tmp_path):
     run_dir = RunDir.create(config.output_dir)
     run_dir.prepare(config.model_dump(mode="json"))
     parts = Components(learner=learner, pool=pool, weights=weights, tokenizer=None)
-    run = GRPORun(config, ["a", "b"], run_dir, parts, prompt_ids=[[1], [2]])
+    run = GRPORun(config, ["a", "b"], run_dir, parts, prompt_ids=Ragged.of([[1], [2]], np.int32))
     run._log = MetricsLog(run_dir.metrics)
     return run, pool, learner, transport
 
