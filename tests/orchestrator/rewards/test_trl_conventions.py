@@ -105,3 +105,12 @@ def test_trl_accuracy_reward_on_conversational_prompts_skips_unparseable_solutio
     assert accuracy[:2] == [1.0, 0.0] and all(math.isnan(value) for value in accuracy[2:])
     assert scores["rewards/trl.rewards:think_format_reward"] == [0.0] * 4  # no <think> block: applies, scores 0
     assert scores["reward"] == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_trls_parametrised_soft_overlong_punishment_from_a_users_file(tmp_path):
+    """`get_soft_overlong_punishment` builds a function; a user's file names the one it builds."""
+    path = tmp_path / "my_rewards.py"
+    path.write_text("from trl.rewards import get_soft_overlong_punishment\n\noverlong = get_soft_overlong_punishment(8, 4)\n")
+    ids = [[1] * 3, [1] * 6, [1] * 9]  # under the soft limit, inside the 4-token cache, over the maximum
+    scores = score([f"{path}:overlong"], None, ["p"] * 3, ["a", "b", "c"], ids)
+    assert scores["reward"] == [0.0, -0.5, -1.0]
