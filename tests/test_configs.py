@@ -19,5 +19,8 @@ def test_shipped_config_is_valid(path):
 
 def test_the_rayjob_entrypoint_config_exists():
     rayjob = (ROOT / "deploy" / "rayjob.yaml").read_text()
-    referenced = [word for word in rayjob.split() if word.startswith("configs/") and word.endswith(".yaml")]
+    # The image holds the project in /app (deploy/Dockerfile's WORKDIR); the entrypoint names its config there.
+    referenced = [
+        word.removeprefix("/app/") for word in rayjob.split() if word.startswith("/app/configs/") and word.endswith(".yaml")
+    ]
     assert referenced and all((ROOT / ref).is_file() for ref in referenced)
