@@ -249,13 +249,9 @@ def _ray_processes_cpu() -> float:
 def _merge_and_normalise(samples, scoring):
     """What the train step does once generation is over: collect the groups' rewards in request
     order, normalise advantages within each group, and set both on the step's samples."""
-    import numpy as np
-
     from orchestrator.training.advantages import group_advantages
 
-    scores = scoring.scores()
-    samples.reward = np.asarray(scores["reward"], dtype=np.float64)
-    samples.rewards = {name: np.asarray(values, np.float64) for name, values in scores.items() if name.startswith("rewards/")}
+    samples.set_scores(scoring.scores())
     samples.advantage = group_advantages(samples.reward, samples.group_id)
     return samples.reward
 

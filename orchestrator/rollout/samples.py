@@ -157,6 +157,12 @@ class StepSamples:
     def __len__(self) -> int:
         return len(self.group_id)
 
+    def set_scores(self, scores: dict) -> None:
+        """Take a step's scores (rewards/scoring.py: "reward" and each function's "rewards/<spec>", in
+        this record's order); NaN where a function did not apply."""
+        self.reward = np.asarray(scores["reward"], dtype=np.float64)
+        self.rewards = {name: np.asarray(values, np.float64) for name, values in scores.items() if name.startswith("rewards/")}
+
     def model_tokens(self) -> np.ndarray:
         """Each sample's own tokens (a tool's observation tokens left out)."""
         return self.tool_mask.sums()

@@ -215,8 +215,7 @@ class GRPORun:
         generated = time.perf_counter()
 
         scores = rewards.scores()
-        samples.reward = np.asarray(scores["reward"], dtype=np.float64)
-        samples.rewards = {name: np.asarray(values, np.float64) for name, values in scores.items() if name.startswith("rewards/")}
+        samples.set_scores(scores)
         samples.advantage = group_advantages(samples.reward, samples.group_id, self.config.scale_rewards)
         scored = time.perf_counter()
 
