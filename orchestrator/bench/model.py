@@ -51,6 +51,41 @@ def bench_model(hidden: int = 512, layers: int = 6, heads: int = 8, seed: int = 
     return folder
 
 
+QWEN_VOCAB = 151_936  # rows of Qwen2.5's embedding and output layer
+
+
+def wide_vocab_model(vocab_size: int = QWEN_VOCAB, hidden: int = 128, layers: int = 2, seed: int = 0) -> Path:
+    """A small Qwen2-architecture model (tied embeddings, random seeded weights) with a real model's
+    vocabulary width, and the tiny tokenizer (whose ids are the first rows): the learner's memory
+    for the logits of a 152k vocabulary, without a real model's layers."""
+    folder = cache_root() / f"bench-qwen2-v{vocab_size}-h{hidden}-l{layers}-s{seed}"
+    if (folder / "config.json").is_file():
+        return folder
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model().tokenizer_dir)
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    staging = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    Qwen2ForCausalLM(config).save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    staging.rename(folder)
+    return folder
+
+
 def _end_at_eos(model, eos_token_id: int, mean_length: int, seed: int) -> None:
     """Give EOS a probability of about 1/mean_length at every position (see the module docstring)."""
     import torch

@@ -39,12 +39,34 @@ class LearnerConfig(StrictModel):
         "engines and checkpoints. Needs workers > 1. false: every worker holds the whole model (DDP).",
     )
     bf16: bool = Field(False, description="bf16 training (GPU only).")
+    max_tokens_per_micro_batch: int | None = Field(
+        8192,
+        ge=1,
+        description="Token budget of one forward/backward pass: samples are grouped by length into micro-batches of "
+        "at most this many tokens (prompt + completion; padded micro-batches count their padding), which "
+        "accumulate gradients into one optimizer step with the same loss as the whole step at once. Bounds the "
+        "learner's activation memory whatever the step size; a sample longer than the budget is a micro-batch of "
+        "its own. null: no budget (micro_batch_size alone, or the whole step in one pass).",
+    )
     micro_batch_size: int | None = Field(
         None,
         ge=1,
-        description="Samples per forward/backward pass; the step's micro-batches accumulate gradients into one "
-        "optimizer step with the same loss as the whole step at once. Bounds the learner's memory (logits are "
-        "micro_batch_size x completion length x vocabulary). null: the whole step in one pass.",
+        description="At most this many samples per forward/backward pass, besides the token budget; with "
+        "max_tokens_per_micro_batch null, consecutive slices of this many samples. null: no limit on samples.",
+    )
+    padding_free: bool | None = Field(
+        None,
+        description="Pack each micro-batch's sequences into one row (position_ids restart per sequence), so no pad "
+        "token is computed. null: packed when the model supports it (checked at start, and logged), padded "
+        "otherwise; true: packed, or an error at start; false: always padded.",
+    )
+    torch_threads: int | None = Field(
+        None,
+        ge=1,
+        description="CPU threads for the learner's torch. null: on a CPU learner, the node's cores shared by the "
+        "learner workers (engines and learner take turns in synchronous runs, so the learner may use them "
+        "all; Ray alone would give it num_cpus); on a GPU learner, what Ray gives it (num_cpus), so the "
+        "engines' schedulers on the node are not starved.",
     )
     max_restarts: int = Field(
         1,

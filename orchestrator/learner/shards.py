@@ -2,9 +2,10 @@
 
 Advantages are computed over the whole step before the split (advantages.py), so where a sample trains
 does not change them; a group's samples still stay together on one rank, so nothing TRL does per group
-ever sees half a group. Groups go to ranks so that row counts, then token counts, are as even as they
-can be: every rank runs as many rows as the largest shard (the learner pads the others with rows that
-carry no loss, workers/learner/grpo.py), so uneven rows are passes spent on padding.
+ever sees half a group. Groups go to ranks so that token counts are as even as they can be: a rank's
+forward and backward passes cost its tokens (micro-batches are formed by token budget and packed,
+workers/learner/micro_batches.py), and every rank waits for the busiest at each collective. The
+learner logs the imbalance left (`learner/rank_imbalance`: the busiest rank's tokens over the mean).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 
 def shard_rows(group_ids: np.ndarray, tokens: np.ndarray, ranks: int) -> list[np.ndarray]:
     """For each rank, the indices (in batch order) of the rows it trains on. `tokens` is each row's
-    token count; groups are placed largest first on the rank with the fewest rows (then tokens)."""
+    token count; groups are placed most tokens first on the rank with the fewest tokens (then rows)."""
     groups, member_of = np.unique(np.asarray(group_ids), return_inverse=True)
     if len(groups) < ranks:
         raise ValueError(
@@ -23,12 +24,12 @@ def shard_rows(group_ids: np.ndarray, tokens: np.ndarray, ranks: int) -> list[np
         )
     rows = np.bincount(member_of, minlength=len(groups))
     weights = np.bincount(member_of, weights=np.asarray(tokens, dtype=np.float64), minlength=len(groups))
-    load = [(0, 0.0)] * ranks
+    load = [(0.0, 0)] * ranks
     owner = np.empty(len(groups), dtype=np.int64)
-    for group in sorted(range(len(groups)), key=lambda g: (-rows[g], -weights[g], g)):
+    for group in sorted(range(len(groups)), key=lambda g: (-weights[g], -rows[g], g)):
         rank = min(range(ranks), key=lambda r: (load[r], r))
         owner[group] = rank
-        load[rank] = (load[rank][0] + int(rows[group]), load[rank][1] + float(weights[group]))
+        load[rank] = (load[rank][0] + float(weights[group]), load[rank][1] + int(rows[group]))
     return [np.flatnonzero(owner[member_of] == rank) for rank in range(ranks)]
 
 

@@ -79,5 +79,16 @@ def progress_line(metrics: dict, max_steps: int) -> str:
         f"step {m['step']:>4}/{max_steps} | reward {m['reward_mean']:.3f} ± {m['reward_std']:.3f} | "
         f"{m['samples_per_s']:.1f} samples/s | gen {m['time/generate']:.2f}s reward {m['time/reward']:.2f}s "
         f"train {m['time/train']:.2f}s sync {m['time/sync']:.2f}s | len {m['completion_length/mean']:.1f} | "
-        f"lp-diff {m['rollout/logprob_abs_diff']:.1e} | v{m['policy_version']}"
+        f"{_learner_figures(m)}lp-diff {m['rollout/logprob_abs_diff']:.1e} | v{m['policy_version']}"
+    )
+
+
+def _learner_figures(m: dict) -> str:
+    """The learner's throughput, micro-batches and padding (and, with several ranks, their imbalance)."""
+    if "learner/tokens_per_s" not in m:
+        return ""
+    ranks = f" ranks {m['learner/rank_imbalance']:.2f}x" if m.get("learner/rank_imbalance", 1.0) != 1.0 else ""
+    return (
+        f"learner {m['learner/tokens_per_s']:.0f} tok/s mb {m['learner/micro_batches']:.0f} "
+        f"pad {100 * m['learner/pad_fraction']:.0f}%{ranks} | "
     )

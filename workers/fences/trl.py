@@ -1,12 +1,16 @@
 """Every use of TRL's private code, checked against the TRL release it was read from (1.16).
 
 The learner (workers/learner/grpo.py) drives `GRPOTrainer` through its public `compute_loss`, but
-two things it needs have no public form in TRL 1.16:
+three things it needs have no public form in TRL 1.16:
 
 - `GRPOTrainer._get_per_token_logps_and_entropies`, the forward pass that gives per-token
-  logprobs. The learner calls it for the reference model's logprobs (`per_token_logps`), and wraps
-  it to keep the policy logprobs `compute_loss` computes anyway (`capture_policy_logps`), so the
-  engine-vs-learner logprob diagnostic costs no second forward pass.
+  logprobs. The learner calls it for the reference model's logprobs (`per_token_logps`), and routes
+  it through its own function (`route_per_token_logps`): to run the pass packed (padding-free), and
+  to keep the policy logprobs `compute_loss` computes anyway, so the engine-vs-learner logprob
+  diagnostic costs no second forward pass.
+- The fused LM head `GRPOTrainer.__init__` installs on its models (`add_fused_lm_head`, public, but
+  installed by the trainer): `model(..., labels=..., fused_lm_head=True)` gives per-token logprobs and
+  entropies computed in vocabulary chunks, never the whole logits (`fused_logps`, the packed pass).
 - `current_gradient_accumulation_steps`, which TRL's loss divides by. It looks public, but setting
   it relies on how TRL uses it inside `compute_loss` (`weight_micro_batches_ourselves`).
 
@@ -39,28 +43,36 @@ def check_version(installed: str | None = None) -> None:
         raise RuntimeError(
             f"trl {installed} is installed, but workers/fences/trl.py uses private code of trl {PINNED}.x "
             f"(pyproject.toml pins trl>={PINNED},<1.17): install trl {PINNED}.x (deploy/constraints/), or re-check "
-            "`_get_per_token_logps_and_entropies` and `current_gradient_accumulation_steps` in the new "
+            "`_get_per_token_logps_and_entropies`, the fused LM head and `current_gradient_accumulation_steps` in the new "
             "trl/trainer/grpo_trainer.py and move the pin"
         )
 
 
-def capture_policy_logps(trainer, keep: Callable[[torch.Tensor], None]) -> None:
-    """From now on, every per-token logprob tensor the trainer computes (`compute_loss` computes the
-    policy's) is also handed to `keep`, detached."""
-    compute = trainer._get_per_token_logps_and_entropies
+def route_per_token_logps(trainer, route: Callable) -> None:
+    """From now on, the trainer's per-token logprob pass (`compute_loss`'s, and `per_token_logps`) is
+    `route(trl_pass, model, input_ids, attention_mask, logits_to_keep, **kwargs)`, where `trl_pass`
+    is TRL's own, taking the same arguments; it returns TRL's (logps, entropies, aux_loss)."""
+    trl_pass = trainer._get_per_token_logps_and_entropies
 
-    def capturing(*args, **kwargs):
-        result = compute(*args, **kwargs)
-        keep(result[0].detach())
-        return result
+    def routed(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        return route(trl_pass, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
 
-    trainer._get_per_token_logps_and_entropies = capturing
+    trainer._get_per_token_logps_and_entropies = routed
+
+
+def fused_logps(trainer, model, input_ids, position_ids, labels, compute_entropy: bool):
+    """(logprob of each next token, entropies or None), `[rows, tokens - 1]`, zero where `labels` is
+    -100, through the fused LM head TRL's trainer gave `model` (no whole logits), under the trainer's
+    autocast as TRL's own pass runs."""
+    with trainer.accelerator.autocast():
+        outputs = model(input_ids=input_ids, position_ids=position_ids, labels=labels, fused_lm_head=True)
+    return outputs.log_probs, outputs.entropy if compute_entropy else None
 
 
 def per_token_logps(trainer, model, input_ids, attention_mask, logits_to_keep: int) -> torch.Tensor:
     """`model`'s logprob of each of the last `logits_to_keep` tokens, computed as TRL's loss computes
-    them. Called through the trainer's attribute, so a capture installed by `capture_policy_logps`
-    sees these too."""
+    them. Called through the trainer's attribute, so a route installed by `route_per_token_logps`
+    takes these too."""
     logps, _, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep)
     return logps
 

@@ -7,12 +7,13 @@ holds them gathered whole).
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from orchestrator.contracts.learning import GRPOSettings
+from orchestrator.contracts.learning import GRPOSettings, LearnerConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle
 from workers.learner.data_parallel import DataParallelRank
 
@@ -35,8 +36,14 @@ class Learner:
         # TRL warns on import that it has not been tested with this vLLM; the learner does not use
         # TRL's vLLM integration at all (the rollout pool is ours).
         warnings.filterwarnings("ignore", message="TRL currently supports vLLM")
+        import torch
+
         from workers.learner.grpo import GRPOLearner
 
+        gpu = torch.cuda.is_available() if config.learner.num_gpus is None else bool(config.learner.num_gpus)
+        threads = torch_threads(config.learner, len(os.sched_getaffinity(0)), gpu)
+        if threads is not None:
+            torch.set_num_threads(threads)
         if rank is not None:  # before the trainer exists: accelerate must find the group open
             from workers.learner.data_parallel import join
 
@@ -100,3 +107,14 @@ class Learner:
     def save(self, folder: str) -> str:
         self._learner.save(folder)
         return folder
+
+
+def torch_threads(learner: LearnerConfig, cores: int, gpu: bool) -> int | None:
+    """The learner's torch threads (`learner.torch_threads`), or None to keep Ray's: Ray sets an actor's
+    OMP_NUM_THREADS to its num_cpus, so a CPU learner would train on 1 core of a node whose engines
+    sit idle while it trains. A GPU learner keeps Ray's, leaving the node's cores to the engines."""
+    if learner.torch_threads is not None:
+        return learner.torch_threads
+    if gpu:
+        return None
+    return max(1, cores // learner.workers)  # the workers of a learner group share their node

@@ -6,9 +6,12 @@ group-normalised advantages and the engines' logprobs as the behaviour (old) log
 GRPO loss lives in this project. The two TRL internals it needs (the per-token logprob forward
 pass, the gradient-accumulation count) go through workers/fences/trl.py.
 
-A step goes through forward and backward in micro-batches of `learner.micro_batch_size` samples
-(all at once when null), accumulating gradients into one optimizer step per generation round;
-each micro-batch's TRL loss is weighted so the sum is TRL's loss on the whole step.
+A step goes through forward and backward in micro-batches formed by length under
+`learner.max_tokens_per_micro_batch` (micro_batches.py), accumulating gradients into one optimizer
+step per generation round; each micro-batch's TRL loss is weighted so the sum is TRL's loss on the
+whole step. Each micro-batch's forward pass is packed, padding-free, when the model allows it
+(packing.py, checked at start), and its log-probs come from TRL's fused LM head, in vocabulary
+chunks: the logits of a whole micro-batch never exist at once.
 
 As one rank of a data-parallel group (the process joined it first: data_parallel.py), a learner gets
 its share of the step's groups; losses are weighted by the whole step's counts and gradients
@@ -20,6 +23,7 @@ keeps the gathered weights for publishing and checkpoints.
 from __future__ import annotations
 
 import contextlib
+import logging
 import tempfile
 import time
 
@@ -28,8 +32,10 @@ import torch
 
 from orchestrator.contracts.learning import LEARNER_STATE, GRPOSettings
 from workers.fences import trl as fenced_trl
-from workers.learner import sharding
+from workers.learner import micro_batches, packing, sharding
 from workers.learner.model_setup import load_model, load_tokenizer
+
+logger = logging.getLogger(__name__)
 
 
 def _unused_reward(prompts, completions, **kwargs):  # GRPOTrainer wants one; rewards are ours
@@ -106,12 +112,65 @@ class GRPOLearner:
             )
         self.policy_version = 0
         self._gather_weights()
-        # Keep the per-token logprobs TRL computes inside `compute_loss`, so the sync diagnostic
-        # (engine vs learner logprobs) costs no extra forward pass.
-        fenced_trl.capture_policy_logps(self.trainer, self._keep_policy_logps)
+        # Every per-token logprob pass (TRL's loss, the reference model) goes through `_per_token_logps`.
+        self.packed = False
+        fenced_trl.route_per_token_logps(self.trainer, self._per_token_logps)
+        self.packed = self._choose_packing()
 
-    def _keep_policy_logps(self, logps: torch.Tensor) -> None:
-        self._policy_logps = logps
+    def _per_token_logps(self, trl_pass, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        """TRL's per-token logprob pass, packed when the model allows it. The logprobs are also kept, so
+        the sync diagnostic (engine vs learner logprobs) costs no extra forward pass."""
+        compute_entropy = kwargs.get("compute_entropy", False)
+        extras = {key: value for key, value in kwargs.items() if key not in ("compute_entropy", "batch_size")}
+        if self.packed and not args and not any(value not in (None, False) for value in extras.values()):
+            rows = packing.pack(input_ids, attention_mask, logits_to_keep)
+            logps, entropies = fenced_trl.fused_logps(
+                self.trainer, model, rows.input_ids, rows.position_ids, rows.labels, compute_entropy
+            )
+            result = (packing.unpack(logps, rows), None if entropies is None else packing.unpack(entropies, rows), None)
+        else:  # padded, or what only TRL's pass handles (images, MoE auxiliary loss)
+            result = trl_pass(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+        self._policy_logps = result[0].detach()
+        return result
+
+    def _choose_packing(self) -> bool:
+        """`learner.padding_free`: true packs or refuses; null packs when the model agrees (else padded,
+        logged); false never packs."""
+        setting = self.config.learner.padding_free
+        if setting is False:
+            return False
+        model = self.trainer.accelerator.unwrap_model(self.model)
+        why_not = packing.supported(model) or self._packing_disagrees(model)
+        if why_not is None:
+            logger.info("learner: padding-free micro-batches (each micro-batch packed into one row)")
+            return True
+        if setting:
+            raise ValueError(
+                f"learner.padding_free is true, but this model cannot run packed sequences: {why_not}. Set "
+                "learner.padding_free: null (padded micro-batches where packing is unavailable) or false"
+            )
+        logger.warning("learner: padded micro-batches, because packing is unavailable: %s", why_not)
+        return False
+
+    def _packing_disagrees(self, model) -> str | None:
+        """Why packing cannot be trusted with this model: its packed log-probs of two sequences must equal
+        each sequence's alone (a model that ignores the restarts of position_ids would let one sequence
+        attend to the other). Every rank runs it (a sharded forward pass needs them all)."""
+        ids, mask, width = packing.probe_rows(model.get_input_embeddings().num_embeddings, self.device)
+        with torch.no_grad():
+            rows = packing.pack(ids, mask, width)
+            logps, _ = fenced_trl.fused_logps(self.trainer, self.model, rows.input_ids, rows.position_ids, rows.labels, False)
+            alone = []
+            for row in range(ids.size(0)):
+                real = mask[row].bool()
+                completion = int(mask[row, -width:].sum())
+                single = ids[row][real][None]
+                alone.append(fenced_trl.per_token_logps(self.trainer, self.model, single, torch.ones_like(single), completion))
+        if self.sharded:
+            sharding.reshard(self.model)
+        exact = next(model.parameters()).dtype == torch.float32 and not self.config.learner.bf16
+        worst = packing.agrees(packing.unpack(logps, rows), alone, mask[:, -width:], 1e-4 if exact else 5e-2)
+        return None if worst is None else f"its packed log-probs differ from each sequence's alone by up to {worst:.3g}"
 
     @property
     def device(self) -> torch.device:
@@ -121,7 +180,8 @@ class GRPOLearner:
         """One optimizer step on one batch; returns the step's learner metrics."""
         start = time.perf_counter()
         trainer = self.trainer
-        metrics = self.accumulate_gradients(batch, self.config.learner.micro_batch_size)
+        learner = self.config.learner
+        metrics = self.accumulate_gradients(batch, learner.micro_batch_size, learner.max_tokens_per_micro_batch)
         grad_norm = trainer.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
         trainer.lr_scheduler.step()
@@ -135,27 +195,34 @@ class GRPOLearner:
             "time/learner_step": time.perf_counter() - start,
         }
 
-    def accumulate_gradients(self, batch: dict[str, np.ndarray], micro_batch_size: int | None) -> dict[str, float]:
-        """Backward passes over the batch in micro-batches of `micro_batch_size` samples (None: one pass),
-        accumulating into `.grad` the gradient of the whole batch's loss; no optimizer step. Returns the
-        batch's loss and the engine-vs-learner logprob diagnostic.
+    def accumulate_gradients(
+        self, batch: dict[str, np.ndarray], micro_batch_size: int | None, max_tokens: int | None
+    ) -> dict[str, float]:
+        """Backward passes over the batch in micro-batches (micro_batches.py: at most `micro_batch_size`
+        samples and `max_tokens` token slots each; None: no such limit), accumulating into `.grad` the
+        gradient of the whole batch's loss; no optimizer step. Returns the batch's loss, the
+        engine-vs-learner logprob diagnostic and the micro-batches' figures.
 
         As one of several ranks, `batch` is this rank's shard: `.grad` then holds the gradient of the whole
         step's loss (all ranks' shards), and the figures returned are the whole step's."""
+        start = time.perf_counter()
+        plan = micro_batches.plan(
+            batch["prompt_mask"].sum(axis=1), batch["completion_mask"].sum(axis=1), max_tokens, micro_batch_size, self.packed
+        )
         inputs = {key: torch.tensor(value, device=self.device) for key, value in batch.items()}
         # The model's own tokens; a tool's observation tokens (tool_mask 0) are context, not trained on.
         mask = _loss_mask(inputs)
         rows, tokens = mask.size(0), mask.sum()
-        passes = rows
+        figures = torch.tensor([rows, len(plan.micro_batches), plan.tokens, plan.slots], dtype=torch.float64, device=self.device)
+        chunks = [(members, 0) for members in plan.micro_batches]  # (rows, idle rows to add)
         if self.world_size > 1:
-            rows, tokens, passes = _step_counts(rows, tokens)
-            inputs = _pad_rows(inputs, passes)
-        size = micro_batch_size or passes
+            rows, tokens, figures = _step_counts(rows, tokens, figures)
+            chunks = _matched_across_ranks(plan.micro_batches, int(figures[:, 1].max()), self.device)
         self.model.train()
         # Summed on the device: reading each micro-batch's figures would wait for the GPU every time.
         loss_sum, abs_sum, abs_max = (torch.zeros((), device=self.device) for _ in range(3))
-        for first in range(0, passes, size):
-            chunk = _micro_batch(inputs, first, first + size)
+        for index, (members, idle) in enumerate(chunks):
+            chunk = _micro_batch(inputs, members, idle)
             chunk_mask = _loss_mask(chunk)
             if self.config.beta != 0.0:
                 with torch.no_grad():
@@ -163,7 +230,7 @@ class GRPOLearner:
             # TRL's token-level losses (dapo, cispo) divide by this: the whole step's token count, so
             # micro-batch losses add up to the step's loss.
             chunk["num_items_in_batch"] = tokens
-            last = first + size >= passes
+            last = index == len(chunks) - 1
             # Under DDP only the last micro-batch should all-reduce gradients. Sharded, every micro-batch
             # reduce-scatters its own: holding them back would keep a whole unsharded gradient per rank.
             with contextlib.nullcontext() if last or self.sharded else self.trainer.accelerator.no_sync(self.model):
@@ -180,6 +247,7 @@ class GRPOLearner:
             "loss": float(loss_sum),
             "rollout/logprob_abs_diff": float(abs_sum) / max(1.0, float(tokens)),
             "rollout/logprob_max_abs_diff": float(abs_max),
+            **_micro_batch_metrics(figures.reshape(-1, 4), time.perf_counter() - start),
         }
 
     def _share(self, chunk_mask: torch.Tensor, rows: int, tokens: torch.Tensor) -> float:
@@ -256,8 +324,8 @@ class GRPOLearner:
         return {"optimizer": self.optimizer.state_dict()}
 
 
-# Tensors whose second dimension is the completion: a micro-batch drops the trailing columns none of
-# its samples reach (completions are right-padded and attention is causal, so nothing else changes).
+# Tensors whose second dimension is the prompt (left-padded) or the completion (right-padded).
+_PROMPT_KEYS = ("prompt_ids", "prompt_mask")
 _COMPLETION_KEYS = ("completion_ids", "completion_mask", "old_per_token_logps", "tool_mask")
 
 
@@ -280,15 +348,28 @@ def _trl_inputs(chunk: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return inputs
 
 
-def _step_counts(rows: int, tokens: torch.Tensor) -> tuple[int, torch.Tensor, int]:
-    """(samples, loss tokens) of the whole step across ranks, and the most samples any rank holds."""
+def _step_counts(rows: int, tokens: torch.Tensor, figures: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """(samples, loss tokens) of the whole step across ranks, and every rank's micro-batch `figures`."""
     import torch.distributed as dist
 
-    counts = torch.stack([torch.tensor(rows, device=tokens.device), tokens])
-    everyone = [torch.empty_like(counts) for _ in range(dist.get_world_size())]
-    dist.all_gather(everyone, counts)
-    table = torch.stack(everyone)
-    return int(table[:, 0].sum()), table[:, 1].sum(), int(table[:, 0].max())
+    everyone = [torch.empty_like(tokens) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, tokens)
+    table = [torch.empty_like(figures) for _ in range(dist.get_world_size())]
+    dist.all_gather(table, figures)
+    table = torch.stack(table)
+    return int(table[:, 0].sum()), torch.stack(everyone).sum(), table
+
+
+def _micro_batch_metrics(figures: torch.Tensor, seconds: float) -> dict[str, float]:
+    """The learner's figures from each rank's (rows, micro-batches, tokens, token slots)."""
+    tokens, slots = float(figures[:, 2].sum()), float(figures[:, 3].sum())
+    return {
+        "learner/micro_batches": float(figures[:, 1].max()),
+        "learner/pad_fraction": 1.0 - tokens / slots if slots else 0.0,
+        "learner/tokens_per_s": tokens / seconds,
+        # The busiest rank's tokens over the mean: the others wait for it at every collective.
+        "learner/rank_imbalance": float(figures[:, 2].max()) / max(1.0, float(figures[:, 2].mean())),
+    }
 
 
 def _step_totals(loss_sum, abs_sum, abs_max, world_size: int):
@@ -301,21 +382,43 @@ def _step_totals(loss_sum, abs_sum, abs_max, world_size: int):
     return sums[0] / world_size, sums[1], abs_max
 
 
-def _pad_rows(inputs: dict[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]:
-    """`inputs` grown to `rows` samples with copies of its last sample that the loss leaves out
-    (`loss_rows` 0; every real row 1). Every rank then runs the same micro-batches: DDP and TRL's
-    logged metrics make collective calls in each one, and those must match across ranks."""
-    extra = rows - inputs["completion_mask"].size(0)
-    if extra == 0:
-        return inputs
-    padded = {key: torch.cat([value, value[-1:].expand(extra, *value.shape[1:])]) for key, value in inputs.items()}
-    padded["loss_rows"] = torch.ones(rows, dtype=inputs["completion_mask"].dtype, device=inputs["completion_mask"].device)
-    padded["loss_rows"][-extra:] = 0
-    return padded
+def _matched_across_ranks(micro_batches: list[np.ndarray], count: int, device) -> list[tuple[np.ndarray, int]]:
+    """(rows, idle rows to add) for each of `count` micro-batches, so that every rank's i-th micro-batch
+    has as many rows as the largest i-th of any rank. DDP and TRL's logged metrics make collective calls
+    in each micro-batch, and TRL's gather one value per row: the calls and their sizes must match."""
+    import torch.distributed as dist
+
+    sizes = torch.zeros(count, dtype=torch.int64, device=device)
+    sizes[: len(micro_batches)] = torch.tensor([len(members) for members in micro_batches], dtype=torch.int64)
+    everyone = [torch.empty_like(sizes) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, sizes)
+    widest = torch.stack(everyone).max(dim=0).values.tolist()
+    empty = np.zeros(0, dtype=np.int64)
+    members = list(micro_batches) + [empty] * (count - len(micro_batches))
+    return [(rows, int(wide) - len(rows)) for rows, wide in zip(members, widest)]
 
 
-def _micro_batch(inputs: dict[str, torch.Tensor], first: int, end: int) -> dict[str, torch.Tensor]:
-    chunk = {key: value[first:end] for key, value in inputs.items()}
-    used = chunk["completion_mask"].any(dim=0).nonzero()
-    width = int(used.max()) + 1 if used.numel() else 1
-    return {key: value[:, :width] if key in _COMPLETION_KEYS else value for key, value in chunk.items()}
+def _micro_batch(inputs: dict[str, torch.Tensor], rows: np.ndarray, idle: int = 0) -> dict[str, torch.Tensor]:
+    """The micro-batch of `rows`, without the columns none of its samples reach (prompts are left-padded
+    and completions right-padded; attention is causal), plus `idle` rows that carry no loss (`loss_rows`
+    0) and cost two tokens each: one of prompt, one of completion."""
+    device = inputs["completion_mask"].device
+    chunk = {key: value.index_select(0, torch.as_tensor(rows, dtype=torch.long, device=device)) for key, value in inputs.items()}
+    if idle:
+        template = {key: value[:1].expand(idle, *value.shape[1:]).clone() for key, value in inputs.items()}
+        template["prompt_mask"].zero_()
+        template["prompt_mask"][:, -1] = 1
+        template["completion_mask"].zero_()
+        template["completion_mask"][:, 0] = 1
+        real_rows = chunk.pop("loss_rows", torch.ones(len(rows), dtype=template["completion_mask"].dtype, device=device))
+        template.pop("loss_rows", None)
+        chunk = {key: torch.cat([chunk[key], template[key]]) for key in chunk}
+        chunk["loss_rows"] = torch.cat([real_rows, torch.zeros(idle, dtype=real_rows.dtype, device=device)])
+    prompt_width = max(1, int(chunk["prompt_mask"].sum(dim=1).max()))
+    completion_width = max(1, int(chunk["completion_mask"].sum(dim=1).max()))
+    for key in _PROMPT_KEYS:
+        chunk[key] = chunk[key][:, -prompt_width:]
+    for key in _COMPLETION_KEYS:
+        if key in chunk:
+            chunk[key] = chunk[key][:, :completion_width]
+    return chunk

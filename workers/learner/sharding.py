@@ -45,6 +45,17 @@ def shard_on_cpu(trainer) -> None:
     trainer.is_fsdp_enabled = True
 
 
+def reshard(model) -> None:
+    """After a forward pass with no backward: FSDP2 leaves the root module's parameters gathered (it
+    expects the backward to need them), where the optimizer and torch's state-dict API look for the
+    sharded ones."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
 def whole_weights(model) -> dict[str, torch.Tensor]:
     """Every weight gathered whole, on the host: the state dict on rank 0, empty on the other ranks."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

@@ -28,6 +28,12 @@ def _start(ray_session, tiny, workers: int, fsdp: bool = False, timeout_s: float
     return LearnerGroup.start(ray_session, config, str(tiny.model_dir), str(tiny.tokenizer_dir), None, timeout_s)
 
 
+# Packed micro-batches of other shapes round differently, and Adam divides each gradient by its own running
+# scale, so a near-zero gradient's rounding moves its weight by up to the learning rate: weights agree to
+# 1e-4 where gradients (grad_norm) agree to 1e-5.
+WEIGHTS_CLOSE = 1e-4
+
+
 def _same_weights(a, b) -> float:
     first, second = load_file(f"{a}/model.safetensors"), load_file(f"{b}/model.safetensors")
     assert first.keys() == second.keys()
@@ -47,13 +53,13 @@ def test_two_ranks_train_checkpoint_and_restart_as_one_learner(ray_session, tiny
                 for group, name in ((one, "one"), (two, "two")):
                     group.save(str(tmp_path / name))
                     group.restart(str(tmp_path / name))
-                assert _same_weights(tmp_path / "one", tmp_path / "two") <= 1e-5
+                assert _same_weights(tmp_path / "one", tmp_path / "two") <= WEIGHTS_CLOSE
             alone, together = one.train_step(batch, group_ids), two.train_step(batch, group_ids)
             assert together["loss"] == pytest.approx(alone["loss"], abs=1e-4), step
             assert together["grad_norm"] == pytest.approx(alone["grad_norm"], rel=1e-5), step
         one.save(str(tmp_path / "one-end"))
         two.save(str(tmp_path / "two-end"))
-        assert _same_weights(tmp_path / "one-end", tmp_path / "two-end") <= 1e-5
+        assert _same_weights(tmp_path / "one-end", tmp_path / "two-end") <= WEIGHTS_CLOSE
     finally:
         one.shutdown()
         two.shutdown()

@@ -14,14 +14,16 @@ def test_every_row_goes_to_one_rank_with_its_whole_group():
     assert all((np.diff(rows) > 0).all() for rows in shards)  # batch order kept within a shard
 
 
-def test_rows_are_balanced_first_then_tokens():
+def test_tokens_are_balanced_not_groups():
     group_ids = np.repeat([0, 1, 2, 3], 2)
     tokens = np.repeat([20, 5, 15, 10], 2)  # per row: groups of 40, 10, 30 and 20 tokens
     shards = shard_rows(group_ids, tokens, 2)
-    assert [len(rows) for rows in shards] == [4, 4]
     assert [int(tokens[rows].sum()) for rows in shards] == [50, 50]
-    uneven = shard_rows(np.array([0, 0, 0, 0, 1, 1, 2, 2]), np.ones(8), 2)  # one group of 4, two of 2
-    assert sorted(len(rows) for rows in uneven) == [4, 4]
+    # One long group against three short ones: the long one has a rank to itself.
+    long_and_short = np.repeat([300, 50, 50, 50], 4)
+    shards = shard_rows(np.repeat([0, 1, 2, 3], 4), long_and_short, 2)
+    assert [int(long_and_short[rows].sum()) for rows in shards] == [1200, 600]
+    assert [len(rows) for rows in shards] == [4, 12]  # by group count it would have been 8 and 8: 1400 and 400
 
 
 def test_fewer_groups_than_ranks_is_refused_naming_the_keys():

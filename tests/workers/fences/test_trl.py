@@ -46,15 +46,27 @@ class _Trainer:
         return logps, None, None
 
 
-def test_captured_logprobs_are_the_trainers_detached_and_its_result_is_unchanged():
-    trainer, kept = _Trainer(), []
-    fenced_trl.capture_policy_logps(trainer, kept.append)
+def test_a_route_gets_trls_pass_and_every_call_the_trainer_makes():
+    trainer, seen = _Trainer(), []
+
+    def route(trl_pass, model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        seen.append((model, kwargs))
+        logps, _, _ = trl_pass(model, input_ids, attention_mask, logits_to_keep, **kwargs)
+        return logps + 1.0, None, None
+
+    fenced_trl.route_per_token_logps(trainer, route)
     ids = torch.tensor([[1.0, 2.0, 3.0]])
-    logps, _, _ = trainer._get_per_token_logps_and_entropies("model", ids, torch.ones_like(ids), 2)
-    assert logps.requires_grad and torch.equal(logps, torch.tensor([[4.0, 6.0]]))
-    assert torch.equal(kept[0], logps) and not kept[0].requires_grad
-    assert torch.equal(fenced_trl.per_token_logps(trainer, "ref", ids, torch.ones_like(ids), 1), torch.tensor([[6.0]]))
-    assert len(kept) == 2  # the reference pass goes through the capture too; the policy's, after it, is what stays
+    logps, _, _ = trainer._get_per_token_logps_and_entropies("model", ids, torch.ones_like(ids), 2, compute_entropy=True)
+    assert torch.equal(logps, torch.tensor([[5.0, 7.0]])) and logps.requires_grad
+    assert torch.equal(fenced_trl.per_token_logps(trainer, "ref", ids, torch.ones_like(ids), 1), torch.tensor([[7.0]]))
+    assert seen == [("model", {"compute_entropy": True}), ("ref", {})]  # the reference pass is routed too
+
+
+def test_the_fused_head_is_what_trls_pass_calls():
+    from trl import GRPOTrainer
+
+    source = inspect.getsource(GRPOTrainer)
+    assert "fused_lm_head=True" in source and "add_fused_lm_head(" in source
 
 
 def test_micro_batches_weighted_by_the_learner_turn_trls_division_off():

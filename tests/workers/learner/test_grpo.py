@@ -99,23 +99,53 @@ def _uneven_batch(learner, rows=10, seed=0):
     return batch
 
 
-def _gradients(learner, batch, micro_batch_size):
-    metrics = learner.accumulate_gradients(batch, micro_batch_size)
+def _gradients(learner, batch, micro_batch_size=None, max_tokens=None, packed=False):
+    learner.packed = packed
+    metrics = learner.accumulate_gradients(batch, micro_batch_size, max_tokens)
     grads = {name: p.grad.clone() for name, p in learner.model.named_parameters() if p.grad is not None}
     learner.optimizer.zero_grad(set_to_none=True)
     return metrics, grads
 
 
+# Splits of the 10 uneven samples, each against the unsplit padded step: 4, 4 and 2 samples; micro-batches
+# of at most 40 token slots, padded or packed; and one packed pass of the whole step.
+SPLITS = {
+    "4 samples": {"micro_batch_size": 4},
+    "40 padded tokens": {"max_tokens": 40},
+    "40 packed tokens": {"max_tokens": 40, "packed": True},
+    "packed whole step": {"packed": True},
+}
+
+
+@pytest.mark.parametrize("how", SPLITS)
 @pytest.mark.parametrize(
-    "loss_type,beta",
-    [("dapo", 0.0), ("grpo", 0.0), ("bnpo", 0.0), ("dr_grpo", 0.0), ("cispo", 0.0), ("sapo", 0.0), ("dapo", 0.1)],
+    "loss_type,beta,tools",
+    [
+        ("dapo", 0.0, False),
+        ("grpo", 0.0, False),
+        ("bnpo", 0.0, False),
+        ("dr_grpo", 0.0, False),
+        ("cispo", 0.0, False),
+        ("sapo", 0.0, False),
+        ("dapo", 0.1, False),
+        ("grpo", 0.1, True),
+    ],
 )
-def test_micro_batches_give_the_gradient_and_loss_of_the_whole_step(tiny, loss_type, beta):
+def test_micro_batches_give_the_gradient_and_loss_of_the_whole_step(tiny, loss_type, beta, tools, how):
     config = TrainConfig(num_generations=2, prompts_per_step=5, max_steps=1, loss_type=loss_type, beta=beta)
     learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
-    batch = _uneven_batch(learner)  # 10 samples: micro-batches of 4, 4 and 2
-    whole, whole_grads = _gradients(learner, batch, None)
-    split, split_grads = _gradients(learner, batch, 4)
+    assert learner.packed  # the tiny Llama packs (sdpa), and agreed with itself at start
+    batch = _uneven_batch(learner)
+    if tools:  # a tool's result in two rows: context, not trained on
+        batch["tool_mask"] = np.ones_like(batch["completion_mask"])
+        batch["tool_mask"][[1, 6], 1:3] = 0
+    whole, whole_grads = _gradients(learner, batch)
+    split, split_grads = _gradients(learner, batch, **SPLITS[how])
+    assert whole["learner/micro_batches"] == 1
+    if how in ("4 samples", "packed whole step"):
+        assert split["learner/micro_batches"] == {"4 samples": 3, "packed whole step": 1}[how]
+    else:  # 40 token slots hold a few of these samples, not all
+        assert split["learner/micro_batches"] > 2
     assert whole_grads.keys() == split_grads.keys() and whole_grads
     worst = max(float((whole_grads[name] - split_grads[name]).abs().max()) for name in whole_grads)
     assert worst <= 1e-5
@@ -124,8 +154,63 @@ def test_micro_batches_give_the_gradient_and_loss_of_the_whole_step(tiny, loss_t
     assert split["rollout/logprob_max_abs_diff"] == pytest.approx(whole["rollout/logprob_max_abs_diff"], abs=1e-6)
 
 
+def test_packed_micro_batches_compute_no_padding(tiny):
+    config = TrainConfig(num_generations=2, prompts_per_step=5, max_steps=1, learner={"max_tokens_per_micro_batch": 40})
+    learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    batch = _uneven_batch(learner)
+    padded, _ = _gradients(learner, batch, max_tokens=40)
+    packed, _ = _gradients(learner, batch, max_tokens=40, packed=True)
+    assert packed["learner/pad_fraction"] == 0.0 and padded["learner/pad_fraction"] > 0.1
+    tokens = int(batch["prompt_mask"].sum() + batch["completion_mask"].sum())
+    assert packed["learner/micro_batches"] == -(-tokens // 40)  # first-fit fills every micro-batch but the last
+    assert packed["learner/micro_batches"] < padded["learner/micro_batches"]
+
+
+def test_a_model_that_cannot_pack_is_trained_padded_or_refused(tiny):
+    config = TrainConfig(num_generations=2, prompts_per_step=2, max_steps=1)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny.model_dir, attn_implementation="eager")
+    model.config._attn_implementation = "paged|eager"  # an attention that transformers does not pack
+    assert not GRPOLearner(config, model, str(tiny.tokenizer_dir)).packed
+    strict = TrainConfig(num_generations=2, prompts_per_step=2, max_steps=1, learner={"padding_free": True})
+    with pytest.raises(ValueError, match=r"learner.padding_free is true.*'paged\|eager'"):
+        GRPOLearner(strict, model, str(tiny.tokenizer_dir))
+
+
 def test_micro_batch_size_from_the_config_drives_the_step(tiny):
     config = TrainConfig(num_generations=2, prompts_per_step=5, max_steps=2, learner={"micro_batch_size": 3})
     learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
     metrics = learner.train_step(_uneven_batch(learner))
     assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0 and learner.policy_version == 1
+
+
+def test_log_probs_over_a_152k_vocabulary_equal_those_of_the_whole_logits(tmp_path):
+    """TRL's fused head scores the vocabulary in chunks (five of them here); packed or padded, the
+    learner's log-probs equal those of the model's whole logits (within 1e-6 of their size)."""
+    from transformers import AutoModelForCausalLM
+
+    from orchestrator.bench.model import QWEN_VOCAB, wide_vocab_model
+
+    folder = wide_vocab_model(hidden=32)
+    config = TrainConfig(num_generations=2, prompts_per_step=5, max_steps=1, temperature=0.7)
+    learner = GRPOLearner(config, str(folder), str(folder))
+    assert learner.packed
+    batch = {key: torch.tensor(value) for key, value in _uneven_batch(learner).items()}
+    batch["completion_ids"] = torch.randint(QWEN_VOCAB - 1000, QWEN_VOCAB, batch["completion_ids"].shape)  # past the first chunks
+    plain = AutoModelForCausalLM.from_pretrained(folder)
+    full = []
+    for row in range(batch["prompt_ids"].size(0)):
+        prompt = batch["prompt_ids"][row][batch["prompt_mask"][row].bool()]
+        completion = batch["completion_ids"][row][batch["completion_mask"][row].bool()]
+        with torch.no_grad():
+            logits = plain(torch.cat([prompt, completion])[None]).logits[0, len(prompt) - 1 : -1] / 0.7
+        row_logps = torch.log_softmax(logits, -1).gather(-1, completion[:, None])[:, 0]
+        full.append(torch.nn.functional.pad(row_logps, (0, batch["completion_ids"].size(1) - len(completion))))
+    full = torch.stack(full)
+    for packed in (True, False):
+        learner.packed = packed
+        with torch.no_grad():
+            chunked = learner._logps(learner.model, batch)
+        # Log-probs near -12 here, where one float32 step is 9.5e-7: equal to a few steps.
+        assert float(((chunked - full).abs() / full.abs().clamp(min=1.0)).max()) <= 1e-6, packed

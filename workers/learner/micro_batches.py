@@ -1,0 +1,100 @@
+"""Which of a step's samples go through the model together: micro-batches formed by length.
+
+A micro-batch's cost is the token slots its forward pass computes. Packed (padding-free, packing.py)
+that is its real tokens; padded, it is its rows times its longest prompt plus its longest completion.
+With `learner.max_tokens_per_micro_batch` set, samples are taken longest first and placed so that no
+micro-batch costs more than the budget: packed, into the first micro-batch with room (first-fit
+decreasing); padded, into runs of similar length, so little of the budget goes on padding. A sample
+over the budget on its own is a micro-batch of one. `learner.micro_batch_size` caps the rows of each.
+With neither set, the whole step is one micro-batch; with only `micro_batch_size`, consecutive slices.
+
+How the micro-batches' losses add up to the step's loss is the learner's business (grpo.py `_share`);
+the plan only decides membership. Plain numpy, tested without torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Plan:
+    micro_batches: list[np.ndarray]  # row indices of each micro-batch, ascending
+    slots: int  # token slots the forward passes compute, padding included
+    tokens: int  # real tokens (prompt + completion) of the rows planned
+
+    @property
+    def pad_fraction(self) -> float:
+        return 1.0 - self.tokens / self.slots if self.slots else 0.0
+
+
+def plan(
+    prompt_lengths: np.ndarray,
+    completion_lengths: np.ndarray,
+    max_tokens: int | None,
+    max_rows: int | None,
+    packed: bool,
+) -> Plan:
+    prompt_lengths = np.asarray(prompt_lengths, dtype=np.int64)
+    completion_lengths = np.asarray(completion_lengths, dtype=np.int64)
+    rows = len(prompt_lengths)
+    if max_tokens is None:
+        size = max_rows or rows
+        groups = [np.arange(first, min(first + size, rows)) for first in range(0, rows, size)]
+    elif packed:
+        groups = _first_fit_decreasing(prompt_lengths + completion_lengths, max_tokens, max_rows)
+    else:
+        groups = _similar_lengths(prompt_lengths, completion_lengths, max_tokens, max_rows)
+    groups = [np.sort(group) for group in groups]
+    return Plan(
+        micro_batches=groups,
+        slots=sum(cost(prompt_lengths[g], completion_lengths[g], packed) for g in groups),
+        tokens=int(prompt_lengths.sum() + completion_lengths.sum()),
+    )
+
+
+def cost(prompt_lengths: np.ndarray, completion_lengths: np.ndarray, packed: bool) -> int:
+    """Token slots of one micro-batch's forward pass."""
+    if len(prompt_lengths) == 0:
+        return 0
+    if packed:
+        return int(prompt_lengths.sum() + completion_lengths.sum())
+    return len(prompt_lengths) * int(prompt_lengths.max() + completion_lengths.max())
+
+
+def _first_fit_decreasing(lengths: np.ndarray, max_tokens: int, max_rows: int | None) -> list[np.ndarray]:
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for row in np.argsort(-lengths, kind="stable"):
+        length = int(lengths[row])
+        for i, left in enumerate(room):
+            if length <= left and (max_rows is None or len(bins[i]) < max_rows):
+                bins[i].append(int(row))
+                room[i] -= length
+                break
+        else:
+            bins.append([int(row)])
+            room.append(max_tokens - length)
+    return [np.array(rows, dtype=np.int64) for rows in bins]
+
+
+def _similar_lengths(
+    prompt_lengths: np.ndarray, completion_lengths: np.ndarray, max_tokens: int, max_rows: int | None
+) -> list[np.ndarray]:
+    """Longest first, each micro-batch as many rows as fit `rows x (longest prompt + longest completion)`."""
+    order = np.argsort(-(prompt_lengths + completion_lengths), kind="stable")
+    groups: list[list[int]] = [[]]
+    widest_prompt = widest_completion = 0
+    for row in order:
+        prompt, completion = max(widest_prompt, int(prompt_lengths[row])), max(widest_completion, int(completion_lengths[row]))
+        current = groups[-1]
+        full = max_rows is not None and len(current) >= max_rows
+        if current and (full or (len(current) + 1) * (prompt + completion) > max_tokens):
+            groups.append([])
+            current = groups[-1]
+            prompt, completion = int(prompt_lengths[row]), int(completion_lengths[row])
+        current.append(int(row))
+        widest_prompt, widest_completion = prompt, completion
+    return [np.array(rows, dtype=np.int64) for rows in groups]

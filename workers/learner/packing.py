@@ -1,0 +1,87 @@
+"""Padding-free forward passes: a micro-batch's sequences concatenated into one row.
+
+TRL's loss takes a micro-batch as padded `[rows, width]` tensors (prompts left-padded, completions
+right-padded). Only the model's forward pass is packed: the real tokens of every row, in row order,
+become one row, with `position_ids` that restart at 0 for each sequence. transformers reads the
+restarts as sequence boundaries (sdpa and eager get a block-diagonal causal mask, flash-attention its
+cumulative lengths), so no sequence attends to another and no pad token reaches a matmul. Positions
+start at 0 as the engines' do (the padded path's left-padded prompts start later; with rotary
+embeddings the two agree up to rounding).
+
+Whether the loaded model honours the boundaries is checked once, at start (`agrees`): its packed
+log-probs must equal each sequence's alone. The learner falls back to padded micro-batches otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# Attention implementations that read packed sequences from position_ids in the pinned transformers.
+PACKABLE_ATTENTION = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
+@dataclass(frozen=True)
+class Packed:
+    input_ids: torch.Tensor  # [1, tokens]
+    position_ids: torch.Tensor  # [1, tokens]
+    labels: torch.Tensor  # [1, tokens]: the scored (completion) tokens, -100 elsewhere
+    real: torch.Tensor  # [rows, width] bool: where each packed token came from
+    logits_to_keep: int
+
+
+def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> Packed:
+    """The real tokens (`attention_mask` 1) of `input_ids` as one row; the last `logits_to_keep` columns
+    are the completions, whose tokens are scored."""
+    real = attention_mask.bool()
+    positions = attention_mask.long().cumsum(dim=1) - 1
+    labels = input_ids.masked_fill(~real, -100)
+    labels[:, :-logits_to_keep] = -100
+    return Packed(
+        input_ids=input_ids[real][None],
+        position_ids=positions[real][None],
+        labels=labels[real][None],
+        real=real,
+        logits_to_keep=logits_to_keep,
+    )
+
+
+def unpack(per_token: torch.Tensor, packed: Packed) -> torch.Tensor:
+    """A per-token output of the packed row (`[1, tokens - 1]`, entry t for token t + 1, as a causal
+    model's shifted outputs are) back to `[rows, logits_to_keep]`, zero where nothing was scored."""
+    shifted = torch.cat([per_token.new_zeros(1), per_token[0]])  # the first token is predicted by nothing
+    whole = per_token.new_zeros(packed.real.shape).masked_scatter(packed.real, shifted)
+    return whole[:, -packed.logits_to_keep :]
+
+
+def supported(model) -> str | None:
+    """Why `model` cannot be packed, or None when it may be (to be confirmed by `agrees`)."""
+    attention = getattr(model.config, "_attn_implementation", None)
+    if attention not in PACKABLE_ATTENTION:
+        return f"attention implementation {attention!r} (packing needs one of {', '.join(PACKABLE_ATTENTION)})"
+    return None
+
+
+def probe_rows(vocab_size: int, device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Two sequences of different lengths as a padded micro-batch (ids, mask, completion width), for `agrees`."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, max(4, vocab_size), (2, 12), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # a shorter prompt, left-padded
+    mask[1, -2:] = 0  # a shorter completion, right-padded
+    return ids.to(device), mask.to(device), 6
+
+
+def agrees(
+    packed_logps: torch.Tensor, alone_logps: list[torch.Tensor], completion_mask: torch.Tensor, tolerance: float
+) -> float | None:
+    """The largest difference between the packed log-probs and each sequence's alone, or None when
+    it is within `tolerance`."""
+    worst = 0.0
+    for row, alone in enumerate(alone_logps):
+        width = alone.size(-1)
+        scored = completion_mask[row, :width].bool()
+        difference = (packed_logps[row, :width] - alone[0]).abs()[scored]
+        worst = max(worst, float(difference.max()) if difference.numel() else 0.0)
+    return None if worst <= tolerance else worst
