@@ -9,11 +9,25 @@ from pathlib import Path
 import numpy as np
 
 PHASES = ("time/generate", "time/reward", "time/train", "time/sync")
+LEARNER_FIGURES = ("time/learner_step", "learner/pad_fraction", "learner/micro_batches", "learner/tokens_per_s")
+# The learner as it was before token budgets, packing and the node's cores: the whole step in one padded
+# pass on the one thread Ray gives a 1-CPU actor; and the same on every core, to tell the two gains apart.
+PREVIOUS_LEARNER = {"max_tokens_per_micro_batch": None, "padding_free": False, "torch_threads": 1}
+PADDED_LEARNER = {"max_tokens_per_micro_batch": None, "padding_free": False}
 
 
 def ours(
-    model: Path, steps: int, prompts_per_step: int, n: int, max_tokens: int, seed: int, out_dir: Path, ignore_eos: bool = True
+    model: Path,
+    steps: int,
+    prompts_per_step: int,
+    n: int,
+    max_tokens: int,
+    seed: int,
+    out_dir: Path,
+    ignore_eos: bool = True,
+    learner: dict | None = None,
 ) -> dict:
+    """Our `train` loop; `learner` overrides the learner section (e.g. PREVIOUS_LEARNER)."""
     from orchestrator.builtin import search_task
     from orchestrator.config.train import TrainConfig
     from orchestrator.launch import canonical_tokenizer, start_training
@@ -33,6 +47,7 @@ def ours(
         output_dir=str(out_dir),
         plot_steps=10**6,
         reward_funcs=["builtin:search_call"],
+        learner=learner or {},
     )
     parts = start_training(config, str(model), canonical_tokenizer(config, str(model)))
     try:
@@ -43,7 +58,7 @@ def ours(
         parts.shutdown()
     steady = metrics[1:]  # step 1 pays for first-request set-up
     step_time = float(np.mean([m["time/step"] for m in steady]))
-    phases = {p: float(np.mean([m[p] for m in steady])) for p in PHASES}
+    phases = {p: float(np.mean([m[p] for m in steady])) for p in PHASES + LEARNER_FIGURES}
     return {
         "samples_per_s": float(np.mean([m["samples"] / m["time/step"] for m in steady])),
         "step_s": step_time,

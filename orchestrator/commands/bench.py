@@ -112,8 +112,17 @@ def _measure(case: Case, args: argparse.Namespace) -> dict:
     r["hf_generate"] = generation.hf_generate(case.model, prompt_ids, n, tokens, seed=0, ignore_eos=eos)
     print(f"{label} HF generate: {r['hf_generate']['tokens_per_s']:.0f} tok/s", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
-        r["train"] = training.ours(case.model, args.steps, args.prompts, n, tokens, 0, Path(scratch) / "ours", ignore_eos=eos)
-        print(f"{label} our train: {r['train']['samples_per_s']:.1f} samples/s", flush=True)
+        for key, learner in (
+            ("train", None),
+            ("train_padded", training.PADDED_LEARNER),
+            ("train_previous", training.PREVIOUS_LEARNER),
+        ):
+            r[key] = training.ours(case.model, args.steps, args.prompts, n, tokens, 0, Path(scratch) / key, eos, learner)
+            print(
+                f"{label} our train ({learner or 'defaults'}): {r[key]['samples_per_s']:.1f} samples/s, learner "
+                f"{r[key]['time/learner_step']:.2f} s/step, pad {100 * r[key]['learner/pad_fraction']:.0f}%",
+                flush=True,
+            )
         r["trl"] = training.trl(case.model, args.steps, args.prompts, n, tokens, 0, Path(scratch) / "trl", ignore_eos=eos)
         print(f"{label} TRL GRPOTrainer: {r['trl']['samples_per_s']:.1f} samples/s", flush=True)
     return r
@@ -162,6 +171,26 @@ def _table(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _learner_rows(name: str, case: dict) -> list[tuple[str, str, str]]:
+    """The learner's s/step now against the padded whole step, on all cores and on Ray's one thread."""
+    ours = case["train"]
+
+    def row(what: str, run: dict) -> tuple[str, str, str]:
+        figures = (
+            f"{run['time/learner_step']:.2f} s/step, {run['learner/micro_batches']:.0f} micro-batch(es), "
+            f"pad {100 * run['learner/pad_fraction']:.0f}%"
+        )
+        return (f"{name}: learner, {what}", figures, f"{run['time/learner_step'] / ours['time/learner_step']:.2f}x ours")
+
+    rows = [row("ours (token budget, packed)", ours)]
+    if "train_padded" in case:
+        rows += [
+            row("whole step padded, all cores", case["train_padded"]),
+            row("whole step padded, 1 thread (before)", case["train_previous"]),
+        ]
+    return rows
+
+
 def _throughput_rows(r: dict) -> list[tuple[str, str, str]]:
     rows = []
     for name, case in r["cases"].items():
@@ -193,4 +222,5 @@ def _throughput_rows(r: dict) -> list[tuple[str, str, str]]:
             ),
             (f"{name}: orchestration overhead", f"{ours['overhead_share'] * 100:.1f}% of step time", ""),
         ]
+        rows += _learner_rows(name, case)
     return rows

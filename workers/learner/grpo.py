@@ -114,6 +114,7 @@ class GRPOLearner:
         self._gather_weights()
         # Every per-token logprob pass (TRL's loss, the reference model) goes through `_per_token_logps`.
         self.packed = False
+        self._one_row = packing.one_row(self.trainer.accelerator.unwrap_model(self.model).config._attn_implementation)
         fenced_trl.route_per_token_logps(self.trainer, self._per_token_logps)
         self.packed = self._choose_packing()
 
@@ -123,7 +124,7 @@ class GRPOLearner:
         compute_entropy = kwargs.get("compute_entropy", False)
         extras = {key: value for key, value in kwargs.items() if key not in ("compute_entropy", "batch_size")}
         if self.packed and not args and not any(value not in (None, False) for value in extras.values()):
-            rows = packing.pack(input_ids, attention_mask, logits_to_keep)
+            rows = packing.pack(input_ids, attention_mask, logits_to_keep, self._one_row)
             logps, entropies = fenced_trl.fused_logps(
                 self.trainer, model, rows.input_ids, rows.position_ids, rows.labels, compute_entropy
             )
@@ -158,7 +159,10 @@ class GRPOLearner:
         attend to the other). Every rank runs it (a sharded forward pass needs them all)."""
         ids, mask, width = packing.probe_rows(model.get_input_embeddings().num_embeddings, self.device)
         with torch.no_grad():
-            rows = packing.pack(ids, mask, width)
+            rows = packing.pack(ids, mask, width, one_row=False)  # the two in rows of their own, then in one
+            logps, _ = fenced_trl.fused_logps(self.trainer, self.model, rows.input_ids, rows.position_ids, rows.labels, False)
+            apart = packing.unpack(logps, rows)
+            rows = packing.pack(ids, mask, width, one_row=True)
             logps, _ = fenced_trl.fused_logps(self.trainer, self.model, rows.input_ids, rows.position_ids, rows.labels, False)
             alone = []
             for row in range(ids.size(0)):
@@ -169,7 +173,9 @@ class GRPOLearner:
         if self.sharded:
             sharding.reshard(self.model)
         exact = next(model.parameters()).dtype == torch.float32 and not self.config.learner.bf16
-        worst = packing.agrees(packing.unpack(logps, rows), alone, mask[:, -width:], 1e-4 if exact else 5e-2)
+        tolerance = 1e-4 if exact else 5e-2
+        worst = packing.agrees(packing.unpack(logps, rows), alone, mask[:, -width:], tolerance)
+        worst = worst or packing.agrees(apart, alone, mask[:, -width:], tolerance)
         return None if worst is None else f"its packed log-probs differ from each sequence's alone by up to {worst:.3g}"
 
     @property
@@ -207,7 +213,12 @@ class GRPOLearner:
         step's loss (all ranks' shards), and the figures returned are the whole step's."""
         start = time.perf_counter()
         plan = micro_batches.plan(
-            batch["prompt_mask"].sum(axis=1), batch["completion_mask"].sum(axis=1), max_tokens, micro_batch_size, self.packed
+            batch["prompt_mask"].sum(axis=1),
+            batch["completion_mask"].sum(axis=1),
+            max_tokens,
+            micro_batch_size,
+            self.packed,
+            self._one_row,
         )
         inputs = {key: torch.tensor(value, device=self.device) for key, value in batch.items()}
         # The model's own tokens; a tool's observation tokens (tool_mask 0) are context, not trained on.

@@ -1,7 +1,9 @@
 """Which of a step's samples go through the model together: micro-batches formed by length.
 
 A micro-batch's cost is the token slots its forward pass computes. Packed (padding-free, packing.py)
-that is its real tokens; padded, it is its rows times its longest prompt plus its longest completion.
+that is its real tokens, laid end to end in one row or in rows as long as its longest sequence (the
+few slots left at the ends of rows are the only padding); padded, it is its rows times its longest
+prompt plus its longest completion.
 With `learner.max_tokens_per_micro_batch` set, samples are taken longest first and placed so that no
 micro-batch costs more than the budget: packed, into the first micro-batch with room (first-fit
 decreasing); padded, into runs of similar length, so little of the budget goes on padding. A sample
@@ -36,7 +38,10 @@ def plan(
     max_tokens: int | None,
     max_rows: int | None,
     packed: bool,
+    one_row: bool = False,
 ) -> Plan:
+    """`packed`: micro-batches will be packed (`one_row`: into a single row, else rows as long as
+    their longest sequence), which is what their cost counts."""
     prompt_lengths = np.asarray(prompt_lengths, dtype=np.int64)
     completion_lengths = np.asarray(completion_lengths, dtype=np.int64)
     rows = len(prompt_lengths)
@@ -50,18 +55,37 @@ def plan(
     groups = [np.sort(group) for group in groups]
     return Plan(
         micro_batches=groups,
-        slots=sum(cost(prompt_lengths[g], completion_lengths[g], packed) for g in groups),
+        slots=sum(cost(prompt_lengths[g], completion_lengths[g], packed, one_row) for g in groups),
         tokens=int(prompt_lengths.sum() + completion_lengths.sum()),
     )
 
 
-def cost(prompt_lengths: np.ndarray, completion_lengths: np.ndarray, packed: bool) -> int:
+def cost(prompt_lengths: np.ndarray, completion_lengths: np.ndarray, packed: bool, one_row: bool = False) -> int:
     """Token slots of one micro-batch's forward pass."""
     if len(prompt_lengths) == 0:
         return 0
     if packed:
-        return int(prompt_lengths.sum() + completion_lengths.sum())
+        row_of, _, width = place_in_rows((prompt_lengths + completion_lengths).tolist(), one_row)
+        return (max(row_of) + 1) * width
     return len(prompt_lengths) * int(prompt_lengths.max() + completion_lengths.max())
+
+
+def place_in_rows(lengths: list[int], one_row: bool) -> tuple[list[int], list[int], int]:
+    """(row, offset in its row) of each sequence packed end to end, and the rows' width: all in one row
+    in order, or longest first into the first row with room, rows as long as the longest sequence."""
+    if one_row:
+        offsets = [sum(lengths[:i]) for i in range(len(lengths))]
+        return [0] * len(lengths), offsets, max(1, sum(lengths))
+    width = max(lengths)
+    filled: list[int] = []
+    row_of, offset = [0] * len(lengths), [0] * len(lengths)
+    for sequence in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        row = next((r for r, used in enumerate(filled) if used + lengths[sequence] <= width), len(filled))
+        if row == len(filled):
+            filled.append(0)
+        row_of[sequence], offset[sequence] = row, filled[row]
+        filled[row] += lengths[sequence]
+    return row_of, offset, width
 
 
 def _first_fit_decreasing(lengths: np.ndarray, max_tokens: int, max_rows: int | None) -> list[np.ndarray]:

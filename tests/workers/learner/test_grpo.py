@@ -99,8 +99,8 @@ def _uneven_batch(learner, rows=10, seed=0):
     return batch
 
 
-def _gradients(learner, batch, micro_batch_size=None, max_tokens=None, packed=False):
-    learner.packed = packed
+def _gradients(learner, batch, micro_batch_size=None, max_tokens=None, packed=False, one_row=False):
+    learner.packed, learner._one_row = packed, one_row
     metrics = learner.accumulate_gradients(batch, micro_batch_size, max_tokens)
     grads = {name: p.grad.clone() for name, p in learner.model.named_parameters() if p.grad is not None}
     learner.optimizer.zero_grad(set_to_none=True)
@@ -108,12 +108,14 @@ def _gradients(learner, batch, micro_batch_size=None, max_tokens=None, packed=Fa
 
 
 # Splits of the 10 uneven samples, each against the unsplit padded step: 4, 4 and 2 samples; micro-batches
-# of at most 40 token slots, padded or packed; and one packed pass of the whole step.
+# of at most 40 token slots, padded or packed; and one packed pass of the whole step, in rows as long as
+# its longest sample (sdpa's layout) or in one row (flash-attention's).
 SPLITS = {
     "4 samples": {"micro_batch_size": 4},
     "40 padded tokens": {"max_tokens": 40},
     "40 packed tokens": {"max_tokens": 40, "packed": True},
     "packed whole step": {"packed": True},
+    "packed whole step, one row": {"packed": True, "one_row": True},
 }
 
 
@@ -142,8 +144,8 @@ def test_micro_batches_give_the_gradient_and_loss_of_the_whole_step(tiny, loss_t
     whole, whole_grads = _gradients(learner, batch)
     split, split_grads = _gradients(learner, batch, **SPLITS[how])
     assert whole["learner/micro_batches"] == 1
-    if how in ("4 samples", "packed whole step"):
-        assert split["learner/micro_batches"] == {"4 samples": 3, "packed whole step": 1}[how]
+    if how in ("4 samples", "packed whole step", "packed whole step, one row"):
+        assert split["learner/micro_batches"] == {"4 samples": 3}.get(how, 1)
     else:  # 40 token slots hold a few of these samples, not all
         assert split["learner/micro_batches"] > 2
     assert whole_grads.keys() == split_grads.keys() and whole_grads
@@ -154,13 +156,17 @@ def test_micro_batches_give_the_gradient_and_loss_of_the_whole_step(tiny, loss_t
     assert split["rollout/logprob_max_abs_diff"] == pytest.approx(whole["rollout/logprob_max_abs_diff"], abs=1e-6)
 
 
-def test_packed_micro_batches_compute_no_padding(tiny):
+def test_packed_micro_batches_compute_little_or_no_padding(tiny):
     config = TrainConfig(num_generations=2, prompts_per_step=5, max_steps=1, learner={"max_tokens_per_micro_batch": 40})
     learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
     batch = _uneven_batch(learner)
-    padded, _ = _gradients(learner, batch, max_tokens=40)
+    whole, _ = _gradients(learner, batch)
+    padded, _ = _gradients(learner, batch, max_tokens=40)  # by length: samples of like length together
     packed, _ = _gradients(learner, batch, max_tokens=40, packed=True)
-    assert packed["learner/pad_fraction"] == 0.0 and padded["learner/pad_fraction"] > 0.1
+    one_row, _ = _gradients(learner, batch, max_tokens=40, packed=True, one_row=True)
+    assert whole["learner/pad_fraction"] > 0.25
+    assert whole["learner/pad_fraction"] > padded["learner/pad_fraction"] > packed["learner/pad_fraction"]
+    assert one_row["learner/pad_fraction"] == 0.0
     tokens = int(batch["prompt_mask"].sum() + batch["completion_mask"].sum())
     assert packed["learner/micro_batches"] == -(-tokens // 40)  # first-fit fills every micro-batch but the last
     assert packed["learner/micro_batches"] < padded["learner/micro_batches"]
