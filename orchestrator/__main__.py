@@ -96,17 +96,18 @@ def _bench_parser(commands) -> None:
         "--only",
         choices=["sync", "learner-memory"],
         help="measure one part alone (sync: weight sync vs memcpy, about two minutes; learner-memory: the "
-        "learner's peak memory for steps of --samples samples at --micro-batch-size, a few minutes on an idle "
-        "2-core machine)",
+        "learner's peak memory for steps of --samples samples at --max-tokens-per-micro-batch, completions as in the "
+        "realistic case, with a small and a 152k-token vocabulary: several minutes on an idle 2-core machine)",
     )
     p.add_argument(
         "--samples", default="64,256,1024", help="learner-memory: samples per step, comma-separated (default: %(default)s)"
     )
     p.add_argument(
-        "--micro-batch-size", type=int, default=16, help="learner-memory: learner.micro_batch_size (default: %(default)s)"
-    )
-    p.add_argument(
-        "--completion-tokens", type=int, default=64, help="learner-memory: tokens per completion (default: %(default)s)"
+        "--max-tokens-per-micro-batch",
+        type=int,
+        default=4096,
+        help="learner-memory: learner.max_tokens_per_micro_batch (default: %(default)s, under the smallest step's "
+        "tokens, so that every step's micro-batches are full ones)",
     )
     p.add_argument("--syncs", type=int, default=5, help="weight syncs timed with --only sync (default: %(default)s)")
     p.add_argument("--out", default="bench.json", help="JSON results (default: %(default)s)")

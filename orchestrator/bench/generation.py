@@ -24,8 +24,15 @@ def kv_cache_bytes(model: Path, samples: int, tokens_per_sample: int) -> int:
 
 
 def raw_vllm(model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, seed: int, ignore_eos: bool = True) -> dict:
+    """vLLM's `LLM.generate` in this process, its threads on every core of the machine as a lone engine
+    of our pool has them (rollout/cpu_cores.py), so the pool's figure against it is the pool's own cost."""
+    import os
+
     from vllm import LLM, SamplingParams
 
+    from orchestrator.rollout.cpu_cores import core_slice
+
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = core_slice(sorted(os.sched_getaffinity(0)), engines=1, slot=0)
     samples, tokens = len(prompt_ids) * n, max(map(len, prompt_ids)) + max_tokens
     llm = LLM(
         model=str(model),

@@ -30,6 +30,13 @@ class RolloutConfig(StrictModel):
         256, ge=1, description="Samples queued on one engine at a time; more groups wait on the driver."
     )
     num_cpus_per_engine: float = Field(1.0, ge=0.0, description="Ray CPUs reserved for each engine actor.")
+    cpu_threads_bind: str | None = Field(
+        None,
+        description="CPU engines: the cores an engine's threads run on, as vLLM's VLLM_CPU_OMP_THREADS_BIND takes them "
+        "('0-3', 'auto', 'nobind'). null: on a one-node cluster, the node's cores split evenly among the engines (one "
+        "engine on 2 cores gets both; vLLM alone would keep one for its scheduler, and bind every engine to the "
+        "same core); on a multi-node cluster, vLLM's own choice.",
+    )
     startup_timeout_s: float = Field(600.0, gt=0.0, description="Deadline for an engine to start and report.")
     request_timeout_s: float = Field(
         1800.0, gt=0.0, description="Deadline for one group's generation; an engine that misses it is replaced."

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import time
 from collections.abc import Callable
 
@@ -23,6 +24,7 @@ from orchestrator.contracts.fingerprint import differences, fingerprint
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
 from orchestrator.placement.labels import ROLE_LABEL, ROLLOUT_ROLE
+from orchestrator.rollout.cpu_cores import CoreSlots
 from orchestrator.rollout.launcher import CLEAN_UP_TIMEOUT_S, ActorLauncher, EngineLauncher
 
 CLEAN_UP_WAIT_S = CLEAN_UP_TIMEOUT_S + 30  # a clean-up task may first wait for a Ray worker to run it
@@ -76,6 +78,7 @@ class EngineGroup:
         self._groups: dict[int, object] = {}  # engine id -> its placement group (None locally)
         self.draining: set[int] = set()  # engines that take no new groups and stop once idle
         self._leftovers: dict[int, object] = {}  # engine id -> what killing it leaves on its node (launcher.leftovers)
+        self._cores = _core_slots(cluster, config)  # CPU engines of a one-node cluster: whose cores are whose
         self._clean_ups: list = []  # ObjectRefs of clean-ups still running (launcher.clean_up)
 
     def size_for(self, model_config: dict, samples_in_flight: int, tokens_per_sample: int) -> None:
@@ -117,8 +120,11 @@ class EngineGroup:
         options, self._groups[engine_id] = self.cluster.placement.actor_options(
             ROLLOUT_ROLE, self.config.num_cpus_per_engine, gpus, None
         )
+        config = self.config
+        if self._cores is not None:
+            config = config.model_copy(update={"cpu_threads_bind": self._cores.take(engine_id)})
         actor = self.launcher.launch(
-            engine_id, self.model, self._bundle_ref, self.config, self.cluster.device, self.seed + engine_id, options
+            engine_id, self.model, self._bundle_ref, config, self.cluster.device, self.seed + engine_id, options
         )
         deadline = time.monotonic() + self.config.startup_timeout_s
         self.starting[engine_id] = _Starting(actor, actor.start.remote(), deadline)
@@ -256,6 +262,8 @@ class EngineGroup:
         group = self._groups.pop(engine_id, None)
         if group is not None:
             ray.util.remove_placement_group(group)
+        if self._cores is not None:
+            self._cores.free(engine_id)
         self._clean_up_after(engine_id)
 
     def _clean_up_after(self, engine_id: int) -> None:
@@ -296,6 +304,14 @@ class EngineGroup:
         self.actors.clear()
         self.wait_for_clean_ups()  # before the driver exits, and Ray with it
         gc.unfreeze()  # see _freeze_startup_objects; interpreter exit then cleans up as usual
+
+
+def _core_slots(cluster, config: RolloutConfig) -> CoreSlots | None:
+    """Slots of the node's cores for CPU engines on a one-node cluster (this machine's), unless
+    `rollout.cpu_threads_bind` says otherwise (cpu_cores.py)."""
+    if cluster.device != "cpu" or config.cpu_threads_bind is not None or cluster.placement.mode != "local":
+        return None
+    return CoreSlots(sorted(os.sched_getaffinity(0)), config.engines)
 
 
 def _freeze_startup_objects() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -84,6 +85,8 @@ class RolloutEngine:
         self._call_tool = call_tool
         self._staging = StagingBuffer()  # weights reach vLLM's workers through it
         self._loading = asyncio.Lock()
+        if device == "cpu" and config.cpu_threads_bind is not None:  # read by vLLM's engine process as it starts
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = config.cpu_threads_bind
         self._llm = AsyncLLM.from_engine_args(engine_args(model, tokenizer_dir, config, device, seed, placeholder_weights))
         self._loads = WeightLoads(engine_id, pause=self._pause, resume=self._llm.resume_generation)
         tokenizer = self._llm.get_tokenizer()
