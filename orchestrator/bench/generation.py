@@ -32,8 +32,9 @@ def raw_vllm(model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, 
 
     from orchestrator.rollout.cpu_cores import core_slice
 
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = core_slice(sorted(os.sched_getaffinity(0)), engines=1, slot=0)
     samples, tokens = len(prompt_ids) * n, max(map(len, prompt_ids)) + max_tokens
+    before = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = core_slice(sorted(os.sched_getaffinity(0)), engines=1, slot=0)
     llm = LLM(
         model=str(model),
         dtype="float32",
@@ -44,6 +45,10 @@ def raw_vllm(model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, 
         logprobs_mode="processed_logprobs",
         disable_log_stats=True,
     )
+    if before is None:  # read by vLLM's engine process as it started; the rest of the bench runs as before
+        del os.environ["VLLM_CPU_OMP_THREADS_BIND"]
+    else:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = before
     params = SamplingParams(n=n, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=1.0, seed=seed, logprobs=0)
     prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
     llm.generate(prompts[:1], SamplingParams(max_tokens=2, ignore_eos=True), use_tqdm=False)  # warm-up

@@ -4,7 +4,8 @@ vLLM's CPU engine binds its threads itself (`VLLM_CPU_OMP_THREADS_BIND=auto`): t
 cores less one kept for its scheduler process. Every engine on a node makes that same choice, so two
 engines share one core while the rest sit idle, and on a 2-core machine one engine uses one core of
 two. On a one-node cluster the pool knows every engine on the node, so it gives each engine a slot
-and each slot its own slice of the cores (`rollout.cpu_threads_bind` set by hand wins).
+and each slot its own slice of the cores (`rollout.cpu_threads_bind` set by hand wins). The slices
+are cut for `rollout.engines`: engines added later by `scale` share the cores of the first slots.
 """
 
 from __future__ import annotations

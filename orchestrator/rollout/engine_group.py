@@ -307,9 +307,15 @@ class EngineGroup:
 
 
 def _core_slots(cluster, config: RolloutConfig) -> CoreSlots | None:
-    """Slots of the node's cores for CPU engines on a one-node cluster (this machine's), unless
-    `rollout.cpu_threads_bind` says otherwise (cpu_cores.py)."""
-    if cluster.device != "cpu" or config.cpu_threads_bind is not None or cluster.placement.mode != "local":
+    """Slots of this machine's cores for CPU engines when the cluster is this machine alone, unless
+    `rollout.cpu_threads_bind` says otherwise (cpu_cores.py). Engines of several vLLM workers
+    (tensor parallel) keep vLLM's own binding, which takes one core list per worker."""
+    import ray
+
+    if cluster.device != "cpu" or config.cpu_threads_bind is not None or config.tensor_parallel_size > 1:
+        return None
+    nodes = [node["NodeID"] for node in ray.nodes() if node["Alive"]]
+    if cluster.placement.mode != "local" or nodes != [ray.get_runtime_context().get_node_id()]:
         return None
     return CoreSlots(sorted(os.sched_getaffinity(0)), config.engines)
 

@@ -1,7 +1,7 @@
 """Every use of TRL's private code, checked against the TRL release it was read from (1.16).
 
 The learner (workers/learner/grpo.py) drives `GRPOTrainer` through its public `compute_loss`, but
-three things it needs have no public form in TRL 1.16:
+four things it needs have no public form in TRL 1.16:
 
 - `GRPOTrainer._get_per_token_logps_and_entropies`, the forward pass that gives per-token
   logprobs. The learner calls it for the reference model's logprobs (`per_token_logps`), and routes
@@ -11,6 +11,8 @@ three things it needs have no public form in TRL 1.16:
 - The fused LM head `GRPOTrainer.__init__` installs on its models (`add_fused_lm_head`, public, but
   installed by the trainer): `model(..., labels=..., fused_lm_head=True)` gives per-token logprobs and
   entropies computed in vocabulary chunks, never the whole logits (`fused_logps`, the packed pass).
+- `aux_loss_enabled`: whether TRL's loss wants an MoE router loss from that pass (`adds_router_loss`),
+  which only TRL's own, padded, pass computes.
 - `current_gradient_accumulation_steps`, which TRL's loss divides by. It looks public, but setting
   it relies on how TRL uses it inside `compute_loss` (`weight_micro_batches_ourselves`).
 
@@ -75,6 +77,12 @@ def per_token_logps(trainer, model, input_ids, attention_mask, logits_to_keep: i
     takes these too."""
     logps, _, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep)
     return logps
+
+
+def adds_router_loss(trainer) -> bool:
+    """Whether TRL's loss asks its per-token pass for an MoE router load-balancing loss
+    (`aux_loss_enabled`, set in `GRPOTrainer.__init__` from the model's config)."""
+    return bool(trainer.aux_loss_enabled)
 
 
 def weight_micro_batches_ourselves(trainer) -> None:

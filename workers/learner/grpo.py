@@ -123,7 +123,7 @@ class GRPOLearner:
         the sync diagnostic (engine vs learner logprobs) costs no extra forward pass."""
         compute_entropy = kwargs.get("compute_entropy", False)
         extras = {key: value for key, value in kwargs.items() if key not in ("compute_entropy", "batch_size")}
-        if self.packed and not args and not any(value not in (None, False) for value in extras.values()):
+        if self.packed and not args and all(value is None or value is False for value in extras.values()):
             rows = packing.pack(input_ids, attention_mask, logits_to_keep, self._one_row)
             logps, entropies = fenced_trl.fused_logps(
                 self.trainer, model, rows.input_ids, rows.position_ids, rows.labels, compute_entropy
@@ -141,9 +141,12 @@ class GRPOLearner:
         if setting is False:
             return False
         model = self.trainer.accelerator.unwrap_model(self.model)
-        why_not = packing.supported(model) or self._packing_disagrees(model)
+        why_not = packing.supported(model)
+        if fenced_trl.adds_router_loss(self.trainer):  # TRL's own pass computes it; padded micro-batches then
+            why_not = "the model adds a router load-balancing loss (MoE), which TRL's padded pass computes"
+        why_not = why_not or self._packing_disagrees(model)
         if why_not is None:
-            logger.info("learner: padding-free micro-batches (each micro-batch packed into one row)")
+            logger.info("learner: padding-free micro-batches (%s)", "one row each" if self._one_row else "packed rows")
             return True
         if setting:
             raise ValueError(
@@ -173,7 +176,9 @@ class GRPOLearner:
         if self.sharded:
             sharding.reshard(self.model)
         exact = next(model.parameters()).dtype == torch.float32 and not self.config.learner.bf16
-        tolerance = 1e-4 if exact else 5e-2
+        # In half precision log-probs near -15 are 0.06-0.125 apart and the two layouts round differently;
+        # attention across sequences moves them by whole units.
+        tolerance = 1e-4 if exact else 0.25
         worst = packing.agrees(packing.unpack(logps, rows), alone, mask[:, -width:], tolerance)
         worst = worst or packing.agrees(apart, alone, mask[:, -width:], tolerance)
         return None if worst is None else f"its packed log-probs differ from each sequence's alone by up to {worst:.3g}"
@@ -212,14 +217,15 @@ class GRPOLearner:
         As one of several ranks, `batch` is this rank's shard: `.grad` then holds the gradient of the whole
         step's loss (all ranks' shards), and the figures returned are the whole step's."""
         start = time.perf_counter()
-        plan = micro_batches.plan(
-            batch["prompt_mask"].sum(axis=1),
-            batch["completion_mask"].sum(axis=1),
-            max_tokens,
-            micro_batch_size,
-            self.packed,
-            self._one_row,
-        )
+        prompt_lengths, completion_lengths = batch["prompt_mask"].sum(axis=1), batch["completion_mask"].sum(axis=1)
+        if self.world_size > 1 and not self.packed and max_tokens is not None:
+            # Ranks' i-th micro-batches are made up to the same rows, and padded an idle row costs the full
+            # width: micro-batches of as many rows as the budget holds at the step's longest sample keep
+            # every rank's within the budget.
+            longest = _largest_across_ranks(int((prompt_lengths + completion_lengths).max()), self.device)
+            micro_batch_size = min(micro_batch_size or max_tokens, max(1, max_tokens // longest))
+            max_tokens = micro_batch_size * longest
+        plan = micro_batches.plan(prompt_lengths, completion_lengths, max_tokens, micro_batch_size, self.packed, self._one_row)
         inputs = {key: torch.tensor(value, device=self.device) for key, value in batch.items()}
         # The model's own tokens; a tool's observation tokens (tool_mask 0) are context, not trained on.
         mask = _loss_mask(inputs)
@@ -371,6 +377,14 @@ def _step_counts(rows: int, tokens: torch.Tensor, figures: torch.Tensor) -> tupl
     return int(table[:, 0].sum()), torch.stack(everyone).sum(), table
 
 
+def _largest_across_ranks(value: int, device) -> int:
+    import torch.distributed as dist
+
+    largest = torch.tensor(value, dtype=torch.int64, device=device)
+    dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+    return int(largest)
+
+
 def _micro_batch_metrics(figures: torch.Tensor, seconds: float) -> dict[str, float]:
     """The learner's figures from each rank's (rows, micro-batches, tokens, token slots)."""
     tokens, slots = float(figures[:, 2].sum()), float(figures[:, 3].sum())
@@ -421,6 +435,8 @@ def _micro_batch(inputs: dict[str, torch.Tensor], rows: np.ndarray, idle: int = 
         template["prompt_mask"][:, -1] = 1
         template["completion_mask"].zero_()
         template["completion_mask"][:, 0] = 1
+        template["old_per_token_logps"].zero_()
+        template["advantages"].zero_()
         real_rows = chunk.pop("loss_rows", torch.ones(len(rows), dtype=template["completion_mask"].dtype, device=device))
         template.pop("loss_rows", None)
         chunk = {key: torch.cat([chunk[key], template[key]]) for key in chunk}

@@ -49,7 +49,7 @@ def plan(
         size = max_rows or rows
         groups = [np.arange(first, min(first + size, rows)) for first in range(0, rows, size)]
     elif packed:
-        groups = _first_fit_decreasing(prompt_lengths + completion_lengths, max_tokens, max_rows)
+        groups = _first_fit_decreasing(prompt_lengths + completion_lengths, max_tokens, max_rows, one_row)
     else:
         groups = _similar_lengths(prompt_lengths, completion_lengths, max_tokens, max_rows)
     groups = [np.sort(group) for group in groups]
@@ -88,20 +88,36 @@ def place_in_rows(lengths: list[int], one_row: bool) -> tuple[list[int], list[in
     return row_of, offset, width
 
 
-def _first_fit_decreasing(lengths: np.ndarray, max_tokens: int, max_rows: int | None) -> list[np.ndarray]:
-    bins: list[list[int]] = []
-    room: list[int] = []
+def _first_fit_decreasing(lengths: np.ndarray, max_tokens: int, max_rows: int | None, one_row: bool) -> list[np.ndarray]:
+    """Longest first, each sample into the first micro-batch it fits. A micro-batch's cost is its tokens
+    in one row, or else its rows (as long as its first, longest sample) times their width, so a sample
+    fits where a row has room for it, or where one more row stays within the budget."""
+    members: list[list[int]] = []
+    fills: list[list[int]] = []  # per micro-batch, the tokens in each of its rows
     for row in np.argsort(-lengths, kind="stable"):
         length = int(lengths[row])
-        for i, left in enumerate(room):
-            if length <= left and (max_rows is None or len(bins[i]) < max_rows):
-                bins[i].append(int(row))
-                room[i] -= length
+        for batch, rows in enumerate(fills):
+            if max_rows is not None and len(members[batch]) >= max_rows:
+                continue
+            if one_row:
+                if rows[0] + length <= max_tokens:
+                    rows[0] += length
+                    break
+                continue
+            width = int(lengths[members[batch][0]])
+            room = next((r for r, used in enumerate(rows) if used + length <= width), None)
+            if room is not None:
+                rows[room] += length
+                break
+            if (len(rows) + 1) * width <= max_tokens:
+                rows.append(length)
                 break
         else:
-            bins.append([int(row)])
-            room.append(max_tokens - length)
-    return [np.array(rows, dtype=np.int64) for rows in bins]
+            members.append([])
+            fills.append([length])
+            batch = len(members) - 1
+        members[batch].append(int(row))
+    return [np.array(rows, dtype=np.int64) for rows in members]
 
 
 def _similar_lengths(

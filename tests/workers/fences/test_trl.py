@@ -34,6 +34,7 @@ def test_the_private_names_are_what_the_installed_trl_uses():
     source = inspect.getsource(GRPOTrainer)
     assert "self._get_per_token_logps_and_entropies(" in source  # compute_loss's forward pass goes through it
     assert "self.current_gradient_accumulation_steps" in source  # and its loss divides by this
+    assert "compute_aux_loss=self.aux_loss_enabled" in source  # the MoE router loss comes from that pass
 
 
 class _Trainer:

@@ -84,19 +84,25 @@ _TWO_GPUS = [
 ]
 
 
+# Packed micro-batches under the default token budget, unless the case says otherwise; PADDED_BUDGET pads
+# them, under a budget of 40 token slots: several micro-batches of uneven rows, matched across ranks.
+PADDED_BUDGET = {"padding_free": False, "max_tokens_per_micro_batch": 40}
+
+
 @pytest.mark.parametrize(
-    "loss_type,micro_batch_size,beta,fsdp,gpu",
+    "loss_type,micro_batch_size,beta,fsdp,gpu,learner",
     [
-        ("dapo", 4, 0.0, False, False),
-        ("dapo", 4, 0.0, True, False),
-        pytest.param("grpo", None, 0.0, False, False, marks=pytest.mark.slow),
-        pytest.param("bnpo", 3, 0.1, False, False, marks=pytest.mark.slow),
-        pytest.param("bnpo", 3, 0.1, True, False, marks=pytest.mark.slow),
-        pytest.param("dapo", 4, 0.0, False, True, marks=_TWO_GPUS),
-        pytest.param("dapo", 4, 0.0, True, True, marks=_TWO_GPUS),
+        ("dapo", 4, 0.0, False, False, {}),
+        ("dapo", 4, 0.0, True, False, {}),
+        ("grpo", None, 0.0, False, False, PADDED_BUDGET),
+        pytest.param("grpo", None, 0.0, False, False, {}, marks=pytest.mark.slow),
+        pytest.param("bnpo", 3, 0.1, False, False, {}, marks=pytest.mark.slow),
+        pytest.param("bnpo", 3, 0.1, True, False, {}, marks=pytest.mark.slow),
+        pytest.param("dapo", 4, 0.0, False, True, {}, marks=_TWO_GPUS),
+        pytest.param("dapo", 4, 0.0, True, True, {}, marks=_TWO_GPUS),
     ],
 )
-def test_two_ranks_train_the_same_run_as_one(tiny, tmp_path, loss_type, micro_batch_size, beta, fsdp, gpu):
+def test_two_ranks_train_the_same_run_as_one(tiny, tmp_path, loss_type, micro_batch_size, beta, fsdp, gpu, learner):
     config = {
         "num_generations": GROUP_SIZE,
         "prompts_per_step": GROUPS,
@@ -105,7 +111,7 @@ def test_two_ranks_train_the_same_run_as_one(tiny, tmp_path, loss_type, micro_ba
         "temperature": TEMPERATURE,
         "loss_type": loss_type,
         "beta": beta,  # with a KL term, each rank holds its own reference model
-        "learner": {"workers": 2, "micro_batch_size": micro_batch_size, "fsdp": fsdp, "num_gpus": int(gpu)},
+        "learner": {"workers": 2, "micro_batch_size": micro_batch_size, "fsdp": fsdp, "num_gpus": int(gpu), **learner},
     }
     one, two = _train(tiny, tmp_path, config, gpu)
     close = 1e-4 if gpu else 1e-5  # GPU kernels sum in an order that depends on the batch's shape
