@@ -40,14 +40,10 @@ def bench_model(hidden: int = 512, layers: int = 6, heads: int = 8, seed: int = 
         tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
-    staging = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
     model = LlamaForCausalLM(config)
     if mean_length:
         _end_at_eos(model, tokenizer.eos_token_id, mean_length, seed)
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    staging.rename(folder)
+    _publish(folder, model, tokenizer)
     return folder
 
 
@@ -78,12 +74,17 @@ def wide_vocab_model(vocab_size: int = QWEN_VOCAB, hidden: int = 128, layers: in
         tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
+    _publish(folder, Qwen2ForCausalLM(config), tokenizer)
+    return folder
+
+
+def _publish(folder: Path, model, tokenizer) -> None:
+    """Written whole to a staging folder, then renamed: a build cut short never looks finished."""
     staging = folder.with_name(folder.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    Qwen2ForCausalLM(config).save_pretrained(staging)
+    model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
     staging.rename(folder)
-    return folder
 
 
 def _end_at_eos(model, eos_token_id: int, mean_length: int, seed: int) -> None:
