@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from orchestrator.contracts.learning import LEARNER_STATE, GRPOSettings
+from workers.fences import transformers as fenced_transformers
 from workers.fences import trl as fenced_trl
 from workers.learner import micro_batches, packing, sharding
 from workers.learner.model_setup import load_model, load_tokenizer
@@ -114,7 +115,8 @@ class GRPOLearner:
         self._gather_weights()
         # Every per-token logprob pass (TRL's loss, the reference model) goes through `_per_token_logps`.
         self.packed = False
-        self._one_row = packing.one_row(self.trainer.accelerator.unwrap_model(self.model).config._attn_implementation)
+        unwrapped = self.trainer.accelerator.unwrap_model(self.model)
+        self._one_row = packing.one_row(fenced_transformers.attention_implementation(unwrapped))
         fenced_trl.route_per_token_logps(self.trainer, self._per_token_logps)
         self.packed = self._choose_packing()
 

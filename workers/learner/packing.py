@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from workers.fences import transformers as fenced_transformers
 from workers.learner.micro_batches import place_in_rows
 
 # Attention implementations that read packed sequences from position_ids in the pinned transformers.
@@ -83,7 +84,7 @@ def unpack(per_token: torch.Tensor, packed: Packed) -> torch.Tensor:
 
 def supported(model) -> str | None:
     """Why `model` cannot be packed, or None when it may be (to be confirmed by `agrees`)."""
-    attention = getattr(model.config, "_attn_implementation", None)
+    attention = fenced_transformers.attention_implementation(model)
     if attention not in PACKABLE_ATTENTION:
         return f"attention implementation {attention!r} (packing needs one of {', '.join(PACKABLE_ATTENTION)})"
     return None
