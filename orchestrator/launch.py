@@ -110,7 +110,7 @@ def start_training(
     transport = make_transport(
         cluster.device, config.weight_sync.timeout_s, config.weight_sync.bucket_mb << 20, rollout.tensor_parallel_size
     )
-    warning = dtype_warning(cluster.device, rollout.dtype, config.learner.bf16)
+    warning = dtype_warning(cluster.device, rollout.dtype, config.learner.bf16, config.vllm_importance_sampling_correction)
     if warning:
         print(f"warning: {warning}", flush=True)
     # On CPU each engine loads the weights as it is admitted; on GPU one NCCL group spans every engine,
@@ -127,18 +127,22 @@ def start_training(
     return Components(learner=learner, pool=pool, weights=weights, tokenizer=tokenizer)
 
 
-def dtype_warning(device: str, engine_dtype: str, learner_bf16: bool) -> str | None:
-    """What to tell a user whose GPU engines sample in another precision than the learner trains in.
-    vLLM's 'auto' is taken as bfloat16, what it picks for a float32 or bfloat16 checkpoint."""
+def dtype_warning(device: str, engine_dtype: str, learner_bf16: bool, corrected: bool) -> str | None:
+    """What to tell a user whose engines sample in another precision than the learner trains in, with
+    the importance-sampling correction off (on, the ratio metrics show the mismatch and it is
+    corrected). vLLM's 'auto' is bfloat16 on a GPU (what it picks for a float32 or bfloat16
+    checkpoint) and float32 on CPU (workers/rollout/engine.py)."""
     learner = "bfloat16" if learner_bf16 else "float32"
-    engines = "bfloat16" if engine_dtype == "auto" else engine_dtype
-    if device != "cuda" or engines == learner:
+    auto = "bfloat16" if device == "cuda" else "float32"
+    engines = auto if engine_dtype == "auto" else engine_dtype
+    if corrected or engines == learner:
         return None
-    named = "bfloat16 (vLLM's 'auto' on GPU)" if engine_dtype == "auto" else engine_dtype
+    named = f"{engines} (vLLM's 'auto' on GPU)" if engine_dtype == "auto" else engines
     return (
-        f"the engines sample in {named} while the learner trains in {learner}: the engines' logprobs differ from the "
-        f"learner's (rollout/logprob_abs_diff) and are used as the old logprobs uncorrected; set rollout.dtype: "
-        f"{learner} for matching ones"
+        f"the engines sample in {named} while the learner trains in {learner}, and vllm_importance_sampling_correction "
+        "is false: their samples are trained on as if the learner had drawn them (the gap shows in "
+        f"sampling/sampling_logp_difference/mean); set vllm_importance_sampling_correction: true, or rollout.dtype: "
+        f"{learner} for matching log-probs"
     )
 
 

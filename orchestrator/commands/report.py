@@ -42,7 +42,7 @@ def report(metrics: list[dict]) -> str:
         "|---|" + "---|" * len(PHASES),
         "| | " + " | ".join(f"{np.mean([m[p] for m in steady]):.3f}" for p in PHASES) + " |",
         "",
-        f"max `rollout/logprob_abs_diff` over all steps: {max(m['rollout/logprob_abs_diff'] for m in metrics):.1e}; "
+        f"max `sampling/sampling_logp_difference/mean` over all steps: {max(m['sampling/sampling_logp_difference/mean'] for m in metrics):.1e}; "
         f"machine: {platform.machine()}, {_cores()} cores, Python {platform.python_version()}",
     ]
     if "tools/calls" in metrics[0]:

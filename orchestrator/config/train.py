@@ -88,8 +88,9 @@ class TrainConfig(GRPOSettings):
         ge=0,
         le=1,
         description="0: on-policy (generate only with the current weights). 1: generate step t+1 while the "
-        "learner trains step t; no trained sample is more than one policy version old. Off-policy samples are "
-        "corrected by TRL's clipped importance ratio against the engines' logprobs.",
+        "learner trains step t; no trained sample is more than one policy version old. Samples of older weights "
+        "are weighed by the importance-sampling correction against the engines' logprobs "
+        "(vllm_importance_sampling_correction).",
     )
     # Sampling beyond the learner's temperature, and stops (forwarded to every engine untouched)
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")

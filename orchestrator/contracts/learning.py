@@ -98,7 +98,53 @@ class GRPOSettings(StrictModel):
     beta: float = Field(0.0, ge=0.0, description="KL coefficient against the reference model (0: no reference model).")
     epsilon: float = Field(0.2, gt=0.0, description="Clipping range of the importance ratio.")
     epsilon_high: float | None = Field(None, gt=0.0, description="Upper clipping range (default: epsilon).")
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"] = Field("dapo", description="TRL loss type.")
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"] = Field(
+        "dapo", description="TRL loss type."
+    )
+    delta: float | None = Field(
+        None,
+        gt=1.0,
+        description="Two-sided clipping: the importance ratio is also capped at this (grpo, bnpo, dr_grpo, dapo, luspo).",
+    )
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="The learner's ratio against the old policy per token, or one per sequence (the geometric mean "
+        "of its tokens' ratios: GSPO, with loss_type grpo).",
+    )
+    num_iterations: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="Optimizer updates on each step's batch (TRL's num_iterations, mu in the GRPO paper): the learner "
+        "computes the old log-probs before the first, and each update clips its ratio against them. A step here "
+        "is one generation round, so the learning-rate schedule runs over max_steps x num_iterations updates.",
+    )
+    mask_truncated_completions: bool = Field(
+        False, description="Leave completions cut off at max_completion_length (no EOS or stop) out of the loss."
+    )
+    top_entropy_quantile: float = Field(
+        1.0, gt=0.0, le=1.0, description="Train only on the tokens of highest entropy, this fraction of them (1: all)."
+    )
+    # Engines -> learner mismatch (TRL's names and defaults; workers/learner/importance_sampling.py)
+    vllm_importance_sampling_correction: bool = Field(
+        True,
+        description="Weight each token's loss by the learner's probability over the engines' (importance sampling), "
+        "correcting for engines that sample in another dtype, with top_p/top_k, or from older weights. false: the "
+        "samples are trained as if the learner had drawn them.",
+    )
+    vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = Field(
+        "sequence_mask",
+        description="token_* weigh each token by its own ratio, sequence_* by the sequence's (the product of its "
+        "tokens'); *_truncate clips ratios into [clip_min, clip_max], *_mask gives the ratios outside it weight 0.",
+    )
+    vllm_importance_sampling_clip_max: float | None = Field(3.0, gt=0.0, description="Upper bound of the ratio (null: none).")
+    vllm_importance_sampling_clip_min: float | None = Field(None, ge=0.0, description="Lower bound of the ratio (null: none).")
+    off_policy_mask_threshold: float | None = Field(
+        None,
+        gt=0.0,
+        description="Leave out of the loss the sequences of negative advantage whose mean engines-vs-learner KL is "
+        "above this (DeepSeek-V3.2's off-policy sequence mask). null: off.",
+    )
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Advantage scaling: std of group/batch/none.")
     max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
@@ -116,6 +162,27 @@ class GRPOSettings(StrictModel):
             )
         if self.learner.fsdp and self.learner.workers == 1:
             raise ValueError("learner.fsdp shards the model over learner workers: set learner.workers to 2 or more")
+        return self
+
+    @model_validator(mode="after")
+    def _check_correction(self) -> GRPOSettings:
+        low, high = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
+        if low is not None and high is not None and low >= high:
+            raise ValueError(
+                f"vllm_importance_sampling_clip_min ({low}) is not below vllm_importance_sampling_clip_max ({high}): "
+                "no ratio could pass; lower clip_min or raise clip_max"
+            )
+        mode = self.vllm_importance_sampling_mode
+        if self.vllm_importance_sampling_correction and mode.endswith("truncate") and low is None and high is None:
+            raise ValueError(
+                f"vllm_importance_sampling_mode {mode} clips the ratio, but vllm_importance_sampling_clip_min and "
+                "clip_max are both null: set one, or use a *_mask mode"
+            )
+        if self.loss_type == "vespo" and self.vllm_importance_sampling_correction and not mode.startswith("token"):
+            raise ValueError(
+                f"loss_type vespo weighs sequences itself and takes per-token corrections only: set "
+                f"vllm_importance_sampling_mode to token_truncate or token_mask (got {mode})"
+            )
         return self
 
     @property

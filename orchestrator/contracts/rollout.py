@@ -14,8 +14,9 @@ class RolloutConfig(StrictModel):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto",
         description="Engine weight dtype. 'auto': float32 on CPU (exact logprobs); on GPU vLLM's own choice, bfloat16 "
-        "for a float32 or bfloat16 checkpoint, so engines sample in bf16 while a float32 learner trains (the start-up "
-        "warns; rollout/logprob_abs_diff shows the gap). float32 makes GPU engines match a float32 learner.",
+        "for a float32 or bfloat16 checkpoint, so engines sample in bf16 while a float32 learner trains: the "
+        "importance-sampling correction (vllm_importance_sampling_correction) weighs the mismatch, and "
+        "sampling/sampling_logp_difference/mean shows it. float32 makes GPU engines match a float32 learner.",
     )
     max_model_len: int | None = Field(None, ge=16, description="Prompt + completion limit; default from the model.")
     kv_cache_memory_bytes: int | None = Field(

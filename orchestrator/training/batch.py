@@ -2,8 +2,13 @@
 
 Prompts are left-padded and completions right-padded, as TRL expects. The completion mask covers
 every generated token up to and including the one that ended the sample (EOS or a stop token):
-nothing past the stop exists, so nothing past it is trained on. The engines' logprobs become the
-behaviour (old) logprobs. Token ids come straight from the engines: nothing is re-tokenised.
+nothing past the stop exists, so nothing past it is trained on. The engines' logprobs are TRL's
+`sampling_per_token_logps`, which the learner's importance-sampling correction weighs against its
+own. Token ids come straight from the engines: nothing is re-tokenised.
+
+With `mask_truncated` (TRL's `mask_truncated_completions`), samples cut off at the completion budget
+(finish reason "length") get `loss_rows` 0: generated, rewarded, in the group's advantages, but left
+out of the loss.
 
 Multi-turn samples also carry TRL's `tool_mask` (1: the model's token, 0: a tool's observation
 token): observation tokens stay in the completion mask, so the model attends to them, but TRL
@@ -17,7 +22,9 @@ import numpy as np
 from orchestrator.rollout.samples import StepSamples
 
 
-def learner_batch(samples: StepSamples, advantages: np.ndarray, pad_token_id: int) -> dict[str, np.ndarray]:
+def learner_batch(
+    samples: StepSamples, advantages: np.ndarray, pad_token_id: int, mask_truncated: bool = False
+) -> dict[str, np.ndarray]:
     for name, column in (("logprobs", samples.logprobs), ("tool_mask", samples.tool_mask)):
         wrong = np.flatnonzero(column.lengths != samples.completion_ids.lengths)
         if wrong.size:
@@ -35,9 +42,11 @@ def learner_batch(samples: StepSamples, advantages: np.ndarray, pad_token_id: in
         "prompt_mask": prompt_mask,
         "completion_ids": completion_ids,
         "completion_mask": completion_mask,
-        "old_per_token_logps": np.where(np.isnan(logps), np.float32(0.0), logps),  # observation tokens have none
+        "sampling_per_token_logps": np.where(np.isnan(logps), np.float32(0.0), logps),  # observations have none
         "advantages": np.asarray(advantages, dtype=np.float32),
     }
     if not samples.tool_mask.values.all():
         batch["tool_mask"], _ = samples.tool_mask.padded(completion_width, 1, np.int64)
+    if mask_truncated:
+        batch["loss_rows"] = (samples.finish_reason != "length").astype(np.int64)
     return batch

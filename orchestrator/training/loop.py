@@ -5,8 +5,9 @@
 Each step takes `prompts_per_step` prompts from the stream (a group each, id = stream position;
 requests.py), generates `num_generations` samples per group on the rollout pool, scores groups in
 Ray tasks as they come back (rewards/scoring.py: rewards overlap the generation of the other groups),
-normalises advantages within each group, has the learner take one TRL GRPO step with the engines'
-logprobs as the behaviour logprobs, and pushes the new weights to every engine. On-policy
+normalises advantages within each group, has the learner take TRL GRPO steps on the batch (its
+importance-sampling correction weighs the engines' logprobs against its own), and pushes the new
+weights to every engine. On-policy
 (`max_staleness: 0`) the next step generates only after that sync; in async mode (`max_staleness:
 1`, prefetch.py) it generates while this step trains, one policy version behind.
 """
@@ -219,7 +220,9 @@ class GRPORun:
         samples.advantage = group_advantages(samples.reward, samples.group_id, self.config.scale_rewards)
         scored = time.perf_counter()
 
-        batch = learner_batch(samples, samples.advantage, self.parts.tokenizer.pad_token_id)
+        batch = learner_batch(
+            samples, samples.advantage, self.parts.tokenizer.pad_token_id, self.config.mask_truncated_completions
+        )
         learner_metrics = self.parts.learner.train_step(batch, samples.group_id)
         trained = time.perf_counter()
 

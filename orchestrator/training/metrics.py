@@ -79,8 +79,20 @@ def progress_line(metrics: dict, max_steps: int) -> str:
         f"step {m['step']:>4}/{max_steps} | reward {m['reward_mean']:.3f} ± {m['reward_std']:.3f} | "
         f"{m['samples_per_s']:.1f} samples/s | gen {m['time/generate']:.2f}s reward {m['time/reward']:.2f}s "
         f"train {m['time/train']:.2f}s sync {m['time/sync']:.2f}s | len {m['completion_length/mean']:.1f} | "
-        f"{_learner_figures(m)}lp-diff {m['rollout/logprob_abs_diff']:.1e} | v{m['policy_version']}"
+        f"{_learner_figures(m)}{_policy_figures(m)} | v{m['policy_version']}"
     )
+
+
+def _policy_figures(m: dict) -> str:
+    """Engines vs learner (mean log-prob gap, mean importance ratio) and the share of tokens whose
+    ratio to the old policy TRL's loss clipped (non-zero from a step's second update on)."""
+    figures = f"lp-diff {m['sampling/sampling_logp_difference/mean']:.1e}"
+    if "sampling/importance_sampling_ratio/mean" in m:
+        figures += f" is {m['sampling/importance_sampling_ratio/mean']:.3f}"
+    for name in ("clip_ratio/region_mean", "cispo_clip_ratio"):
+        if name in m:
+            figures += f" clip {100 * m[name]:.1f}%"
+    return figures
 
 
 def _learner_figures(m: dict) -> str:

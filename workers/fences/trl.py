@@ -1,7 +1,7 @@
 """Every use of TRL's private code, checked against the TRL release it was read from (1.16).
 
 The learner (workers/learner/grpo.py) drives `GRPOTrainer` through its public `compute_loss`, but
-four things it needs have no public form in TRL 1.16:
+six things it needs have no public form in TRL 1.16:
 
 - `GRPOTrainer._get_per_token_logps_and_entropies`, the forward pass that gives per-token
   logprobs. The learner calls it for the reference model's logprobs (`per_token_logps`), and routes
@@ -15,6 +15,11 @@ four things it needs have no public form in TRL 1.16:
   which only TRL's own, padded, pass computes.
 - `current_gradient_accumulation_steps`, which TRL's loss divides by. It looks public, but setting
   it relies on how TRL uses it inside `compute_loss` (`weight_micro_batches_ourselves`).
+- `use_vllm`: TRL's loss multiplies by `inputs["importance_sampling_ratio"]` only when the trainer
+  generates with vLLM itself (`correct_sampling` turns that on without TRL's vLLM client). The
+  learner relies on `_compute_loss` reading that ratio only after its forward pass.
+- `_metrics`, where `compute_loss` appends its figures (clip fractions, entropy, KL), each call one
+  more value, for `log` to average (`take_loss_metrics`).
 
 A TRL release may rename, re-sign or stop calling any of these without notice, so importing this
 module checks the installed TRL and refuses another release: move `PINNED` only after re-reading
@@ -23,6 +28,7 @@ these names in the new release's `trl/trainer/grpo_trainer.py`.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -45,7 +51,8 @@ def check_version(installed: str | None = None) -> None:
         raise RuntimeError(
             f"trl {installed} is installed, but workers/fences/trl.py uses private code of trl {PINNED}.x "
             f"(pyproject.toml pins trl>={PINNED},<1.17): install trl {PINNED}.x (deploy/constraints/), or re-check "
-            "`_get_per_token_logps_and_entropies`, the fused LM head and `current_gradient_accumulation_steps` in the new "
+            "`_get_per_token_logps_and_entropies`, the fused LM head, `current_gradient_accumulation_steps`, `use_vllm` and "
+            "`_metrics` in the new "
             "trl/trainer/grpo_trainer.py and move the pin"
         )
 
@@ -83,6 +90,28 @@ def adds_router_loss(trainer) -> bool:
     """Whether TRL's loss asks its per-token pass for an MoE router load-balancing loss
     (`aux_loss_enabled`, set in `GRPOTrainer.__init__` from the model's config)."""
     return bool(trainer.aux_loss_enabled)
+
+
+def correct_sampling(trainer) -> None:
+    """Make TRL's loss weight each token by `inputs["importance_sampling_ratio"]`, as it does when it
+    generates with vLLM (the trainer was built with `vllm_importance_sampling_correction=True`, and
+    `use_vllm` false so that TRL starts no vLLM of its own)."""
+    if not trainer.vllm_importance_sampling_correction:
+        raise ValueError("the trainer was built with vllm_importance_sampling_correction=False")
+    trainer.use_vllm = True
+
+
+def take_loss_metrics(trainer) -> dict[str, float]:
+    """The mean of each figure TRL's loss logged since the last call (NaNs left out, as TRL's `log`
+    does), and TRL's record of them emptied."""
+    logged = trainer._metrics["train"]
+    means = {}
+    for name, values in logged.items():
+        valid = [value for value in values if not math.isnan(value)]
+        if valid:
+            means[name] = sum(valid) / len(valid)
+    logged.clear()
+    return means
 
 
 def weight_micro_batches_ourselves(trainer) -> None:

@@ -2,9 +2,15 @@
 
 TRL's `GRPOTrainer` is built once (for its loss, optimizer and scheduler) and driven through its
 `compute_loss` seam: the orchestrator's batch carries prompt/completion ids and masks, the
-group-normalised advantages and the engines' logprobs as the behaviour (old) logprobs. No second
-GRPO loss lives in this project. The two TRL internals it needs (the per-token logprob forward
-pass, the gradient-accumulation count) go through workers/fences/trl.py.
+group-normalised advantages and the engines' logprobs (TRL's `sampling_per_token_logps`). No second
+GRPO loss lives in this project. The TRL internals it needs (the per-token logprob forward pass, the
+gradient-accumulation count, the switch to TRL's engine correction) go through workers/fences/trl.py.
+
+The old policy is the learner's own before the step's first update, and the engines' samples are
+weighted by TRL's importance-sampling correction against it (importance_sampling.py). With one update
+per step (`num_iterations` 1) the old log-probs are exactly those of the loss's own forward pass (the
+weights have not moved yet), so they cost no pass of their own: the correction is computed from that
+pass, before TRL's loss reads it. With more updates, one no-grad pass computes them first.
 
 A step goes through forward and backward in micro-batches formed by length under
 `learner.max_tokens_per_micro_batch` (micro_batches.py), accumulating gradients into one optimizer
@@ -23,6 +29,7 @@ keeps the gathered weights for publishing and checkpoints.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import tempfile
 import time
@@ -33,7 +40,7 @@ import torch
 from orchestrator.contracts.learning import LEARNER_STATE, GRPOSettings
 from workers.fences import transformers as fenced_transformers
 from workers.fences import trl as fenced_trl
-from workers.learner import micro_batches, packing, sharding
+from workers.learner import importance_sampling, micro_batches, packing, sharding
 from workers.learner.model_setup import load_model, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -58,6 +65,7 @@ class GRPOLearner:
             )
         torch.manual_seed(config.seed)
         self.config = config
+        self.updates = config.max_steps * config.num_iterations  # optimizer steps, for the schedule
         self._scratch = tempfile.TemporaryDirectory(prefix="grpo-learner-")
         self.tokenizer = load_tokenizer(tokenizer, config.added_tokens, chat_template=config.chat_template)
         model = load_model(model, self.tokenizer, resize=bool(config.added_tokens))
@@ -73,13 +81,21 @@ class GRPOLearner:
             beta=config.beta,
             epsilon=config.epsilon,
             epsilon_high=config.epsilon_high,
+            delta=config.delta,
             loss_type=config.loss_type,
+            importance_sampling_level=config.importance_sampling_level,
+            top_entropy_quantile=config.top_entropy_quantile,
+            vllm_importance_sampling_correction=config.vllm_importance_sampling_correction,
+            vllm_importance_sampling_mode=config.vllm_importance_sampling_mode,
+            vllm_importance_sampling_clip_max=config.vllm_importance_sampling_clip_max,
+            vllm_importance_sampling_clip_min=config.vllm_importance_sampling_clip_min,
+            off_policy_mask_threshold=config.off_policy_mask_threshold,
             scale_rewards=config.scale_rewards,
             max_grad_norm=config.max_grad_norm,
             warmup_steps=config.warmup_steps,
             lr_scheduler_type=config.lr_scheduler_type,
             seed=config.seed,
-            max_steps=config.max_steps,
+            max_steps=self.updates,
             use_cpu=use_cpu,
             bf16=config.learner.bf16 and not use_cpu,
             report_to=[],
@@ -95,10 +111,14 @@ class GRPOLearner:
             train_dataset=Dataset.from_dict({"prompt": ["unused"]}),
             processing_class=self.tokenizer,
         )
-        self.trainer.create_optimizer_and_scheduler(num_training_steps=config.max_steps)
+        self.trainer.create_optimizer_and_scheduler(num_training_steps=self.updates)
         # Micro-batches are weighted by `_share` instead: TRL's accumulation divides every micro-batch's
         # loss by the same count, which is exact only when all have the same number of samples.
         fenced_trl.weight_micro_batches_ourselves(self.trainer)
+        self.corrected = config.vllm_importance_sampling_correction
+        if self.corrected:
+            fenced_trl.correct_sampling(self.trainer)
+        self._after_loss_pass = None  # set around a compute_loss whose own pass gives the old log-probs
         accelerator = self.trainer.accelerator
         # Data parallelism comes from accelerate finding the process group open: DDP, or FSDP2 sharding.
         self.sharded = config.learner.fsdp
@@ -121,8 +141,8 @@ class GRPOLearner:
         self.packed = self._choose_packing()
 
     def _per_token_logps(self, trl_pass, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        """TRL's per-token logprob pass, packed when the model allows it. The logprobs are also kept, so
-        the sync diagnostic (engine vs learner logprobs) costs no extra forward pass."""
+        """TRL's per-token logprob pass, packed when the model allows it. In `compute_loss`'s pass, the
+        log-probs go to `_after_loss_pass` too, before TRL's loss goes on."""
         compute_entropy = kwargs.get("compute_entropy", False)
         extras = {key: value for key, value in kwargs.items() if key not in ("compute_entropy", "batch_size")}
         if self.packed and not args and all(value is None or value is False for value in extras.values()):
@@ -133,7 +153,8 @@ class GRPOLearner:
             result = (packing.unpack(logps, rows), None if entropies is None else packing.unpack(entropies, rows), None)
         else:  # padded, or what only TRL's pass handles (images, MoE auxiliary loss)
             result = trl_pass(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
-        self._policy_logps = result[0].detach()
+        if compute_entropy and self._after_loss_pass is not None:  # only TRL's loss asks for entropies
+            self._after_loss_pass(result[0].detach())
         return result
 
     def _choose_packing(self) -> bool:
@@ -190,20 +211,27 @@ class GRPOLearner:
         return self.trainer.accelerator.device
 
     def train_step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
-        """One optimizer step on one batch; returns the step's learner metrics."""
+        """`num_iterations` optimizer steps on one batch (one generation round); returns the round's
+        learner metrics (losses, gradient norms and TRL's loss figures averaged over its updates)."""
         start = time.perf_counter()
         trainer = self.trainer
         learner = self.config.learner
-        metrics = self.accumulate_gradients(batch, learner.micro_batch_size, learner.max_tokens_per_micro_batch)
-        grad_norm = trainer.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
-        self.optimizer.step()
-        trainer.lr_scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        step = self._prepare(batch, learner.micro_batch_size, learner.max_tokens_per_micro_batch)
+        if self.config.num_iterations > 1:
+            self._old_policy(step)
+        updates = []
+        for _ in range(self.config.num_iterations):
+            metrics = self._accumulate(step)
+            grad_norm = trainer.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+            self.optimizer.step()
+            trainer.lr_scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            updates.append({**metrics, **fenced_trl.take_loss_metrics(trainer), "grad_norm": float(grad_norm)})
         self.policy_version += 1
         self._gather_weights()
         return {
-            **metrics,
-            "grad_norm": float(grad_norm),
+            **{key: float(np.mean([update[key] for update in updates])) for key in updates[0]},
+            **step.stats.metrics(self.corrected),
             "learning_rate": float(trainer.lr_scheduler.get_last_lr()[0]),
             "time/learner_step": time.perf_counter() - start,
         }
@@ -214,11 +242,17 @@ class GRPOLearner:
         """Backward passes over the batch in micro-batches (micro_batches.py: at most `micro_batch_size`
         samples and `max_tokens` token slots each; None: no such limit), accumulating into `.grad` the
         gradient of the whole batch's loss; no optimizer step. Returns the batch's loss, the
-        engine-vs-learner logprob diagnostic and the micro-batches' figures.
+        engines-vs-learner figures and the micro-batches' figures.
 
         As one of several ranks, `batch` is this rank's shard: `.grad` then holds the gradient of the whole
         step's loss (all ranks' shards), and the figures returned are the whole step's."""
-        start = time.perf_counter()
+        step = self._prepare(batch, micro_batch_size, max_tokens)
+        if self.config.num_iterations > 1:
+            self._old_policy(step)
+        return {**self._accumulate(step), **step.stats.metrics(self.corrected)}
+
+    def _prepare(self, batch: dict[str, np.ndarray], micro_batch_size: int | None, max_tokens: int | None) -> _Step:
+        """The batch on the device, cut into micro-batches (matched across ranks)."""
         prompt_lengths, completion_lengths = batch["prompt_mask"].sum(axis=1), batch["completion_mask"].sum(axis=1)
         if self.world_size > 1 and not self.packed and max_tokens is not None:
             # Ranks' i-th micro-batches are made up to the same rows, and padded an idle row costs the full
@@ -237,37 +271,81 @@ class GRPOLearner:
         if self.world_size > 1:
             rows, tokens, figures = _step_counts(rows, tokens, figures)
             chunks = _matched_across_ranks(plan.micro_batches, int(figures[:, 1].max()), self.device)
+        step = _Step(inputs, chunks, rows, tokens, figures, importance_sampling.SamplingStats(self.device))
+        return step
+
+    def _old_policy(self, step: _Step) -> None:
+        """The learner's log-probs of the batch before any update (TRL's `old_per_token_logps`), and the
+        engine correction against them, in one no-grad pass over the micro-batches."""
+        inputs = step.inputs
+        old = torch.zeros_like(inputs["sampling_per_token_logps"])
+        with torch.no_grad():
+            for members, idle in step.chunks:
+                logps = self._logps(self.model, _micro_batch(inputs, members, idle))
+                old[torch.as_tensor(members, dtype=torch.long, device=self.device), : logps.size(1)] = logps[: len(members)]
+        if self.sharded:
+            sharding.reshard(self.model)
+        inputs["old_per_token_logps"] = old
+        weights = self._correction(old, inputs, step.stats)
+        if weights is not None:
+            inputs["importance_sampling_ratio"] = weights
+        if self.world_size > 1:
+            step.stats.all_reduce()
+
+    def _correction(self, learner_logps: torch.Tensor, inputs: dict[str, torch.Tensor], stats) -> torch.Tensor | None:
+        """TRL's importance-sampling ratio of `inputs`' samples (None when the correction is off), with
+        the engines-vs-learner figures added to `stats`."""
+        config, mask = self.config, _loss_mask(inputs)
+        weights = None
+        if self.corrected:
+            weights = importance_sampling.ratio(
+                learner_logps,
+                inputs["sampling_per_token_logps"],
+                mask,
+                config.vllm_importance_sampling_mode,
+                config.vllm_importance_sampling_clip_min,
+                config.vllm_importance_sampling_clip_max,
+            )
+        real_rows = inputs.get("loss_rows", torch.ones_like(mask[:, 0]))
+        stats.add(learner_logps, inputs["sampling_per_token_logps"], mask, weights, real_rows)
+        return weights
+
+    def _accumulate(self, step: _Step) -> dict[str, float]:
+        """One backward pass over the step's micro-batches; no optimizer step."""
+        start = time.perf_counter()
         self.model.train()
-        # Summed on the device: reading each micro-batch's figures would wait for the GPU every time.
-        loss_sum, abs_sum, abs_max = (torch.zeros((), device=self.device) for _ in range(3))
-        for index, (members, idle) in enumerate(chunks):
-            chunk = _micro_batch(inputs, members, idle)
+        # The old log-probs: computed before (several updates), or those of each micro-batch's own loss pass.
+        own_pass = "old_per_token_logps" not in step.inputs
+        loss_sum = torch.zeros((), device=self.device)  # summed on the device: reading it would wait for a GPU
+        for index, (members, idle) in enumerate(step.chunks):
+            chunk = _micro_batch(step.inputs, members, idle)
             chunk_mask = _loss_mask(chunk)
             if self.config.beta != 0.0:
                 with torch.no_grad():
                     chunk["ref_per_token_logps"] = self._logps(self.trainer.ref_model, chunk)
             # TRL's token-level losses (dapo, cispo) divide by this: the whole step's token count, so
             # micro-batch losses add up to the step's loss.
-            chunk["num_items_in_batch"] = tokens
-            last = index == len(chunks) - 1
+            chunk["num_items_in_batch"] = step.tokens
+            trl_inputs = _trl_inputs(chunk)
+            if own_pass:  # TRL's loss reads the ratio after its forward pass, which computes the old log-probs
+                self._after_loss_pass = lambda logps, trl_inputs=trl_inputs, chunk=chunk: _put_ratio(
+                    trl_inputs, self._correction(logps, chunk, step.stats)
+                )
+            last = index == len(step.chunks) - 1
             # Under DDP only the last micro-batch should all-reduce gradients. Sharded, every micro-batch
             # reduce-scatters its own: holding them back would keep a whole unsharded gradient per rank.
-            with contextlib.nullcontext() if last or self.sharded else self.trainer.accelerator.no_sync(self.model):
-                loss = self.trainer.compute_loss(self.model, _trl_inputs(chunk)) * self._share(chunk_mask, rows, tokens)
-                self.trainer.accelerator.backward(loss)
+            try:
+                with contextlib.nullcontext() if last or self.sharded else self.trainer.accelerator.no_sync(self.model):
+                    loss = self.trainer.compute_loss(self.model, trl_inputs) * self._share(chunk_mask, step.rows, step.tokens)
+                    self.trainer.accelerator.backward(loss)
+            finally:
+                self._after_loss_pass = None
             loss_sum += loss.detach()
-            # compute_loss's forward pass left the policy logprobs: the sync check costs no extra pass.
-            abs_diff = (self._policy_logps - chunk["old_per_token_logps"]).abs() * chunk_mask
-            abs_sum += abs_diff.sum()
-            abs_max = torch.maximum(abs_max, abs_diff.max())
+        if own_pass and self.world_size > 1:
+            step.stats.all_reduce()
         if self.world_size > 1:
-            loss_sum, abs_sum, abs_max = _step_totals(loss_sum, abs_sum, abs_max, self.world_size)
-        return {
-            "loss": float(loss_sum),
-            "rollout/logprob_abs_diff": float(abs_sum) / max(1.0, float(tokens)),
-            "rollout/logprob_max_abs_diff": float(abs_max),
-            **_micro_batch_metrics(figures.reshape(-1, 4), time.perf_counter() - start),
-        }
+            loss_sum = _step_loss(loss_sum, self.world_size)
+        return {"loss": float(loss_sum), **_micro_batch_metrics(step.figures.reshape(-1, 4), time.perf_counter() - start)}
 
     def _share(self, chunk_mask: torch.Tensor, rows: int, tokens: torch.Tensor) -> float:
         """The weight of one micro-batch's TRL loss in the step's loss, so that the weighted sum equals
@@ -343,9 +421,29 @@ class GRPOLearner:
         return {"optimizer": self.optimizer.state_dict()}
 
 
-# Tensors whose second dimension is the prompt (left-padded) or the completion (right-padded).
+@dataclasses.dataclass
+class _Step:
+    """One batch on the device, cut into micro-batches; `rows` and `tokens` count the whole step (every rank)."""
+
+    inputs: dict[str, torch.Tensor]
+    chunks: list[tuple[np.ndarray, int]]  # (rows, idle rows to add) of each micro-batch
+    rows: int
+    tokens: torch.Tensor
+    figures: torch.Tensor  # each rank's (rows, micro-batches, tokens, token slots)
+    stats: importance_sampling.SamplingStats
+
+
+# Tensors whose second dimension is the prompt (left-padded) or the completion (right-padded; the
+# importance ratio is `[rows, 1]` in the sequence modes, and slicing leaves it so).
 _PROMPT_KEYS = ("prompt_ids", "prompt_mask")
-_COMPLETION_KEYS = ("completion_ids", "completion_mask", "old_per_token_logps", "tool_mask")
+_COMPLETION_KEYS = (
+    "completion_ids",
+    "completion_mask",
+    "sampling_per_token_logps",
+    "old_per_token_logps",
+    "importance_sampling_ratio",
+    "tool_mask",
+)
 
 
 def _loss_mask(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -399,14 +497,17 @@ def _micro_batch_metrics(figures: torch.Tensor, seconds: float) -> dict[str, flo
     }
 
 
-def _step_totals(loss_sum, abs_sum, abs_max, world_size: int):
-    """This step's loss and logprob diagnostic over all ranks (each rank's loss carries the DDP factor)."""
+def _step_loss(loss_sum: torch.Tensor, world_size: int) -> torch.Tensor:
+    """This step's loss over all ranks (each rank's loss carries the DDP factor)."""
     import torch.distributed as dist
 
-    sums = torch.stack([loss_sum, abs_sum])
-    dist.all_reduce(sums)
-    dist.all_reduce(abs_max, op=dist.ReduceOp.MAX)
-    return sums[0] / world_size, sums[1], abs_max
+    dist.all_reduce(loss_sum)
+    return loss_sum / world_size
+
+
+def _put_ratio(trl_inputs: dict[str, torch.Tensor], weights: torch.Tensor | None) -> None:
+    if weights is not None:
+        trl_inputs["importance_sampling_ratio"] = weights
 
 
 def _matched_across_ranks(micro_batches: list[np.ndarray], count: int, device) -> list[tuple[np.ndarray, int]]:
@@ -437,7 +538,7 @@ def _micro_batch(inputs: dict[str, torch.Tensor], rows: np.ndarray, idle: int = 
         template["prompt_mask"][:, -1] = 1
         template["completion_mask"].zero_()
         template["completion_mask"][:, 0] = 1
-        template["old_per_token_logps"].zero_()
+        template["sampling_per_token_logps"].zero_()
         template["advantages"].zero_()
         real_rows = chunk.pop("loss_rows", torch.ones(len(rows), dtype=template["completion_mask"].dtype, device=device))
         template.pop("loss_rows", None)

@@ -25,6 +25,19 @@ def test_yaml_plus_overrides(tmp_path):
         (["num_generations=1"], "config key 'num_generations': Input should be greater than or equal to 2"),
         (["temperature=hot"], "config key 'temperature': Input should be a valid number"),
         (["reward_weights=[1, 2]"], "reward_weights has 2 entries but reward_funcs has 1"),
+        (["vllm_importance_sampling_mode=token"], "config key 'vllm_importance_sampling_mode': Input should be 'token_truncate'"),
+        (["max_staleness=9"], "config key 'max_staleness': Input should be less than or equal to"),
+        (["num_iterations=0"], "config key 'num_iterations': Input should be greater than or equal to 1"),
+        (["steps_per_generation=2"], "unknown config key 'steps_per_generation'"),
+        (
+            ["vllm_importance_sampling_clip_min=3", "vllm_importance_sampling_clip_max=2"],
+            "vllm_importance_sampling_clip_min \\(3.0\\) is not below vllm_importance_sampling_clip_max \\(2.0\\)",
+        ),
+        (["loss_type=vespo"], "loss_type vespo weighs sequences itself and takes per-token corrections only"),
+        (
+            ["vllm_importance_sampling_mode=token_truncate", "vllm_importance_sampling_clip_max=null"],
+            "clips the ratio, but vllm_importance_sampling_clip_min and clip_max are both null",
+        ),
     ],
 )
 def test_bad_keys_and_values_are_named(tmp_path, overrides, message):

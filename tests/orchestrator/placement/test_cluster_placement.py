@@ -46,7 +46,7 @@ SCRIPT = textwrap.dedent(
         "engine_nodes": [ray.get(a.node_id.remote()) for a in parts.pool.engines.actors.values()],
         "learner_on": parts.learner.node_ids()[0],
         "placement": parts.pool.engines.cluster.placement.mode,
-        "lp_diff": max(m["rollout/logprob_abs_diff"] for m in metrics),
+        "lp_diff": max(m["sampling/sampling_logp_difference/mean"] for m in metrics),
         "steps": len(metrics),
     }))
     parts.shutdown()

@@ -114,7 +114,7 @@ def test_run_finishes_on_the_surviving_rollout_node(cluster, tmp_path):
     rollout_files = sorted(p.name for p in (run / "rollouts").iterdir())
     assert rollout_files == [f"step-{s:06d}.parquet" for s in range(1, STEPS + 1)]
     assert steps[-1]["engines"] == 1 and steps[-1]["engine_restarts"] == 1
-    assert max(m["rollout/logprob_abs_diff"] for m in steps) < 0.01  # every engine held the current weights
+    assert max(m["sampling/sampling_logp_difference/mean"] for m in steps) < 0.01  # every engine held the current weights
 
     # after the loss, only the engine on the surviving rollout node generated
     rows = pq.read_table(run / "rollouts").to_pylist()

@@ -25,7 +25,7 @@ def test_prompts_left_padded_completions_right_padded_mask_ends_at_the_stop():
     assert batch["prompt_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
     assert batch["completion_ids"].tolist() == [[11, 12, 2], [13, PAD, PAD]]
     assert batch["completion_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
-    assert np.allclose(batch["old_per_token_logps"], [[-0.1, -0.2, -0.3], [-0.4, 0, 0]])
+    assert np.allclose(batch["sampling_per_token_logps"], [[-0.1, -0.2, -0.3], [-0.4, 0, 0]])
     assert batch["advantages"].tolist() == [1.0, -1.0]
 
 
@@ -37,7 +37,7 @@ def test_observation_tokens_are_attended_but_left_out_of_the_loss():
     batch = learner_batch(samples, np.array([1.0, -1.0]), PAD)
     assert batch["completion_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]  # the model sees the observation
     assert batch["tool_mask"].tolist() == [[1, 0, 0, 1, 1], [1, 1, 1, 1, 1]]  # TRL's loss does not
-    assert np.allclose(batch["old_per_token_logps"], [[-0.1, 0, 0, -0.2, -0.3], [-0.4, -0.5, 0, 0, 0]])
+    assert np.allclose(batch["sampling_per_token_logps"], [[-0.1, 0, 0, -0.2, -0.3], [-0.4, -0.5, 0, 0, 0]])
 
 
 def test_single_turn_batches_carry_no_tool_mask():

@@ -52,7 +52,7 @@ def test_run_goes_on_when_an_engine_process_is_killed(tmp_path):
     steps = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [m["step"] for m in steps] == list(range(1, STEPS + 1))
     assert steps[-1]["engine_restarts"] >= 1
-    assert max(m["rollout/logprob_abs_diff"] for m in steps[KILL_AFTER:]) < 0.01
+    assert max(m["sampling/sampling_logp_difference/mean"] for m in steps[KILL_AFTER:]) < 0.01
     table = pq.read_table(run / "rollouts")
     assert table.num_rows == STEPS * PROMPTS * GENERATIONS
     keys = list(zip(*(table.column(c).to_pylist() for c in ("step", "group_id", "sample_index"))))

@@ -54,7 +54,9 @@ def test_a_killed_learner_is_restarted_from_the_last_checkpoint(tmp_path, uninte
     recorded = metrics(run)
     assert [m["step"] for m in recorded] == list(range(1, STEPS + 1))  # step 3 was run again, recorded once
     assert [m["reward_mean"] for m in recorded] == pytest.approx(uninterrupted_rewards, abs=1e-6)
-    assert max(m["rollout/logprob_abs_diff"] for m in recorded) < 0.01  # engines hold the restarted learner's weights
+    assert (
+        max(m["sampling/sampling_logp_difference/mean"] for m in recorded) < 0.01
+    )  # engines hold the restarted learner's weights
     assert sorted(p.name for p in (run / "rollouts").iterdir()) == [f"step-{s:06d}.parquet" for s in range(1, STEPS + 1)]
 
 

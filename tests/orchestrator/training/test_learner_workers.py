@@ -35,5 +35,5 @@ def test_two_learner_workers_train_and_resume_as_one(tmp_path, uninterrupted):
     for mine, reference in zip(two, uninterrupted):
         assert mine["loss"] == pytest.approx(reference["loss"], abs=1e-4), mine["step"]
     # every sync was verified (a checksum the engines did not receive stops the run); logprobs as with one learner
-    assert max(m["rollout/logprob_abs_diff"] for m in two) < 0.01
+    assert max(m["sampling/sampling_logp_difference/mean"] for m in two) < 0.01
     print("per-step loss, 2 workers vs 1:", [(round(m["loss"], 7), round(r["loss"], 7)) for m, r in zip(two, uninterrupted)])

@@ -41,7 +41,7 @@ def test_report_of_a_tool_run_whose_later_step_made_no_call():
         "reward_mean": 0.5,
         "samples": 2,
         "samples_per_s": 1.0,
-        "rollout/logprob_abs_diff": 0.0,
+        "sampling/sampling_logp_difference/mean": 0.0,
         **{f"time/{p}": 0.1 for p in ("generate", "reward", "train", "sync", "step")},
     }
     calls = _table(

@@ -69,7 +69,7 @@ def test_run_completes_with_synced_weights_every_step(run):
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
     assert [m["policy_version"] for m in metrics] == list(range(STEPS))
-    assert max(m["rollout/logprob_abs_diff"] for m in metrics) < 0.01
+    assert max(m["sampling/sampling_logp_difference/mean"] for m in metrics) < 0.01
     for key in (
         "reward_mean",
         "reward_std",

@@ -13,7 +13,7 @@ from orchestrator.training.batch import learner_batch
 def grpo_steps(tiny, steps: int, groups: int, group_size: int, temperature: float) -> list[tuple[dict, np.ndarray]]:
     """(batch, each row's group id) for `steps` steps of `groups` groups, with prompts and completions of
     different lengths and behaviour logprobs near the starting model's own (a little noise, so the
-    importance ratio clips some tokens)."""
+    importance-sampling ratio departs from 1)."""
     from transformers import AutoModelForCausalLM
 
     from workers.learner.model_setup import load_tokenizer
@@ -32,7 +32,7 @@ def grpo_steps(tiny, steps: int, groups: int, group_size: int, temperature: floa
             with torch.no_grad():
                 logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1] / temperature
             exact = torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
-            logprobs.append((exact.numpy() + rng.normal(scale=0.3, size=len(completion))).tolist())
+            logprobs.append((exact.numpy() + rng.normal(scale=0.1, size=len(completion))).tolist())
         group_ids = np.arange(rows) // group_size
         samples = StepSamples.from_tokens(prompts, completions, logprobs)
         advantages = group_advantages(rng.random(rows), group_ids)

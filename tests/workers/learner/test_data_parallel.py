@@ -111,6 +111,9 @@ def test_two_ranks_train_the_same_run_as_one(tiny, tmp_path, loss_type, micro_ba
         "temperature": TEMPERATURE,
         "loss_type": loss_type,
         "beta": beta,  # with a KL term, each rank holds its own reference model
+        # Per-token ratios: a sequence's ratio, the exponential of a sum over its tokens, magnifies the rounding
+        # in which ranks and one learner differ past what these tolerances allow after a few Adam steps.
+        "vllm_importance_sampling_mode": "token_truncate",
         "learner": {"workers": 2, "micro_batch_size": micro_batch_size, "fsdp": fsdp, "num_gpus": int(gpu), **learner},
     }
     one, two = _train(tiny, tmp_path, config, gpu)
@@ -125,8 +128,15 @@ def test_two_ranks_train_the_same_run_as_one(tiny, tmp_path, loss_type, micro_ba
             metrics = two[rank]["metrics"][step]
             assert metrics["loss"] == pytest.approx(one["metrics"][step]["loss"], abs=1e-4)
             assert metrics["grad_norm"] == pytest.approx(one["metrics"][step]["grad_norm"], rel=close)
-            for key in ("rollout/logprob_abs_diff", "rollout/logprob_max_abs_diff"):
-                assert metrics[key] == pytest.approx(one["metrics"][step][key], abs=close)
+            for key in (
+                "sampling/sampling_logp_difference/mean",
+                "sampling/sampling_logp_difference/max",
+                "sampling/importance_sampling_ratio/mean",
+                "sampling/importance_sampling_ratio/max",
+            ):
+                expected = one["metrics"][step].get(key)
+                assert (key in metrics) == (expected is not None)
+                assert expected is None or metrics[key] == pytest.approx(expected, rel=close, abs=close)
         if fsdp:  # rank 0 alone gathers the weights whole
             assert two[1]["weights"][step] == {}
         else:

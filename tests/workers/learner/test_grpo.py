@@ -37,7 +37,7 @@ def _batch(learner, temperature=1.5):
 def test_step_uses_trl_loss_and_matches_behaviour_logprobs(learner):
     before = {k: v.clone() for k, v in learner.named_weights()}
     metrics = learner.train_step(_batch(learner))
-    assert metrics["rollout/logprob_abs_diff"] < 1e-4  # same weights, temperature applied on both sides
+    assert metrics["sampling/sampling_logp_difference/mean"] < 1e-4  # same weights, temperature applied on both sides
     assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
     assert learner.policy_version == 1
     after = dict(learner.named_weights())
@@ -46,16 +46,16 @@ def test_step_uses_trl_loss_and_matches_behaviour_logprobs(learner):
 
 def test_observation_tokens_are_left_out_of_the_logprob_check(learner):
     batch = _batch(learner)
-    batch["old_per_token_logps"][0, 1:3] = -50.0  # tokens 1-2 of row 0 played the part of a tool's result
+    batch["sampling_per_token_logps"][0, 1:3] = -50.0  # tokens 1-2 of row 0 played the part of a tool's result
     batch["tool_mask"] = np.ones_like(batch["completion_mask"])
     batch["tool_mask"][0, 1:3] = 0
-    assert learner.train_step(batch)["rollout/logprob_abs_diff"] < 1e-4
+    assert learner.train_step(batch)["sampling/sampling_logp_difference/mean"] < 1e-4
 
 
 def test_rewarded_completion_becomes_more_likely(learner):
     def call_logp():  # summed logprob of the rewarded completion (row 0) under the current weights
         batch = _batch(learner)
-        return float((batch["old_per_token_logps"][0] * batch["completion_mask"][0]).sum())
+        return float((batch["sampling_per_token_logps"][0] * batch["completion_mask"][0]).sum())
 
     start = call_logp()
     for _ in range(3):
@@ -76,7 +76,7 @@ def test_kl_term_against_the_reference_model(tiny):
     config = TrainConfig(num_generations=2, prompts_per_step=2, learning_rate=1e-2, temperature=1.5, max_steps=3, beta=0.1)
     learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
     first = learner.train_step(_batch(learner))
-    assert first["rollout/logprob_abs_diff"] < 1e-4 and np.isfinite(first["loss"])
+    assert first["sampling/sampling_logp_difference/mean"] < 1e-4 and np.isfinite(first["loss"])
     second = learner.train_step(_batch(learner))
     assert np.isfinite(second["loss"])
 
@@ -95,7 +95,7 @@ def _uneven_batch(learner, rows=10, seed=0):
     with torch.no_grad():
         logps = learner._logps(learner.model, inputs).numpy()
     noise = rng.normal(scale=0.3, size=logps.shape).astype(np.float32)
-    batch["old_per_token_logps"] = (logps + noise) * batch["completion_mask"]
+    batch["sampling_per_token_logps"] = (logps + noise) * batch["completion_mask"]
     return batch
 
 
@@ -150,10 +150,15 @@ def test_micro_batches_give_the_gradient_and_loss_of_the_whole_step(tiny, loss_t
         assert split["learner/micro_batches"] > 2
     assert whole_grads.keys() == split_grads.keys() and whole_grads
     worst = max(float((whole_grads[name] - split_grads[name]).abs().max()) for name in whole_grads)
-    assert worst <= 1e-5
-    assert split["loss"] == pytest.approx(whole["loss"], abs=1e-6) and whole["loss"] != 0.0
-    assert split["rollout/logprob_abs_diff"] == pytest.approx(whole["rollout/logprob_abs_diff"], abs=1e-6)
-    assert split["rollout/logprob_max_abs_diff"] == pytest.approx(whole["rollout/logprob_max_abs_diff"], abs=1e-6)
+    largest = max(float(whole_grads[name].abs().max()) for name in whole_grads)
+    assert worst <= 1e-5 * max(1.0, largest)  # the sequence ratios (up to 3) scale float32's rounding
+    assert split["loss"] == pytest.approx(whole["loss"], rel=1e-4, abs=1e-6) and whole["loss"] != 0.0
+    assert split["sampling/sampling_logp_difference/mean"] == pytest.approx(
+        whole["sampling/sampling_logp_difference/mean"], abs=1e-6
+    )
+    assert split["sampling/sampling_logp_difference/max"] == pytest.approx(
+        whole["sampling/sampling_logp_difference/max"], abs=1e-6
+    )
 
 
 def test_packed_micro_batches_compute_little_or_no_padding(tiny):

@@ -42,7 +42,7 @@ def test_train_syncs_every_engine_over_nccl(tmp_path):
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["policy_version"] for m in metrics] == [0, 1, 2]
     assert all(m["weight_sync/checksum"] == "unverified" for m in metrics)  # the NCCL path ran
-    assert max(m["rollout/logprob_abs_diff"] for m in metrics) < 0.01
+    assert max(m["sampling/sampling_logp_difference/mean"] for m in metrics) < 0.01
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 3, reason="needs 3 CUDA GPUs (two learner ranks + an engine)")
@@ -73,4 +73,4 @@ def test_a_sharded_learner_group_syncs_engines_over_nccl(tmp_path):
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["policy_version"] for m in metrics] == [0, 1, 2]
     assert all(m["weight_sync/checksum"] == "unverified" for m in metrics)
-    assert max(m["rollout/logprob_abs_diff"] for m in metrics) < 0.01
+    assert max(m["sampling/sampling_logp_difference/mean"] for m in metrics) < 0.01

@@ -1,0 +1,180 @@
+"""The engine correction and several updates per step, against TRL's own code on the same inputs.
+
+TRL computes the importance-sampling ratio only while it generates with vLLM. The reference here is a
+plain `GRPOTrainer` whose generation is TRL's public `rollout_func` returning fixed samples, with
+`use_vllm` turned on by hand so that `_generate_and_score_completions` computes the old log-probs, the
+ratio and the advantages as it does for vLLM's samples; its `compute_loss` then gives the loss and
+gradients our learner must give on the same batch. The engines' log-probs are the same model's in
+bfloat16, as a bf16 engine's would be."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from orchestrator.config.train import TrainConfig
+from orchestrator.rollout.samples import StepSamples
+from orchestrator.training.batch import learner_batch
+from workers.learner import importance_sampling
+from workers.learner.grpo import GRPOLearner
+
+GROUPS, SIZE = 3, 4
+pytestmark = pytest.mark.filterwarnings("ignore:You are using 'rollout_func'")
+
+
+def _samples(learner, tiny, seed=0):
+    """Prompt and completion ids of different lengths, and their log-probs under the learner's model run
+    in bfloat16 (the engines' dtype on a GPU)."""
+    rng = np.random.default_rng(seed)
+    vocab = len(learner.tokenizer)
+    prompts = [rng.integers(3, vocab, size=rng.integers(2, 7)).tolist() for _ in range(GROUPS)]
+    prompt_ids = [prompt for prompt in prompts for _ in range(SIZE)]
+    completion_ids = [rng.integers(3, vocab, size=rng.integers(2, 13)).tolist() for _ in prompt_ids]
+    from transformers import AutoModelForCausalLM
+
+    half = AutoModelForCausalLM.from_pretrained(tiny.model_dir, dtype=torch.bfloat16)
+    logprobs = []
+    for prompt, completion in zip(prompt_ids, completion_ids):
+        with torch.no_grad():
+            logits = half(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1].float()
+        logits = logits / learner.config.temperature
+        logprobs.append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0].tolist())
+    return prompt_ids, completion_ids, logprobs
+
+
+def _trl_reference(learner, tiny, samples, rewards):
+    """TRL's inputs to its loss for these samples, computed by TRL's own generation step."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOTrainer
+
+    prompt_ids, completion_ids, logprobs = samples
+
+    def rollout(prompts, trainer):
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
+
+    def reward(prompts, completions, completion_ids, **kwargs):
+        return list(rewards)
+
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny.model_dir),
+        reward_funcs=reward,
+        args=copy.deepcopy(learner.trainer.args),
+        train_dataset=Dataset.from_dict({"prompt": ["unused"]}),
+        processing_class=learner.tokenizer,
+        rollout_func=rollout,
+    )
+    trainer.use_vllm = True  # what TRL does for vLLM's samples, without a vLLM client
+    trainer._last_loaded_step = trainer.state.global_step
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.model.train()
+    inputs = trainer._generate_and_score_completions([{"prompt": "unused"}] * len(prompt_ids))
+    return trainer, inputs
+
+
+def _our_batch(learner, samples, advantages):
+    prompt_ids, completion_ids, logprobs = samples
+    return learner_batch(
+        StepSamples.from_tokens(prompt_ids, completion_ids, logprobs), advantages, learner.tokenizer.pad_token_id
+    )
+
+
+def _gradients(model):
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+# Bounds the bf16 mismatch of these samples crosses, so every mode clips or masks some ratios.
+TIGHT = {"vllm_importance_sampling_clip_min": 0.9, "vllm_importance_sampling_clip_max": 1.05}
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("mode", importance_sampling.MODES)
+def test_loss_and_gradients_equal_trls_for_every_correction(tiny, mode, level):
+    settings = {"vllm_importance_sampling_mode": mode, "importance_sampling_level": level, **TIGHT}
+    loss_type = "grpo" if level == "sequence" else "dapo"  # GSPO is grpo's loss at the sequence level
+    config = TrainConfig(num_generations=SIZE, prompts_per_step=GROUPS, max_steps=1, loss_type=loss_type, **settings)
+    learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    samples = _samples(learner, tiny)
+    rewards = np.random.default_rng(1).random(GROUPS * SIZE)
+    trainer, inputs = _trl_reference(learner, tiny, samples, rewards)
+    weights = inputs["importance_sampling_ratio"]
+    assert (weights == 0).any() or ((weights == 0.9) | (weights == 1.05)).any()  # the bounds took effect
+    trl_loss = trainer.compute_loss(trainer.model, inputs)
+    trl_loss.backward()
+    trl_grads = _gradients(trainer.model)
+
+    # Ours, the whole step padded as TRL lays it out
+    batch = _our_batch(learner, samples, inputs["advantages"].numpy())
+    learner.packed = False
+    metrics = learner.accumulate_gradients(batch, None, None)
+    ours = _gradients(learner.model)
+    assert metrics["loss"] == pytest.approx(float(trl_loss.detach()), abs=1e-5)
+    assert ours.keys() == trl_grads.keys()
+    assert max(float((ours[name] - trl_grads[name]).abs().max()) for name in ours) <= 1e-5
+    # and packed, in micro-batches of a few samples: each one's ratio comes from its own loss pass
+    learner.packed = True
+    split = learner.accumulate_gradients(batch, None, 40)
+    ours = _gradients(learner.model)
+    assert split["learner/micro_batches"] > 2
+    assert split["loss"] == pytest.approx(float(trl_loss.detach()), abs=1e-5)
+    largest = max(float(grad.abs().max()) for grad in trl_grads.values())
+    assert max(float((ours[name] - trl_grads[name]).abs().max()) for name in ours) <= 1e-5 * max(1.0, largest)
+    # TRL's figures of the same ratio
+    real = inputs["completion_mask"].bool()
+    flat = weights.flatten() if mode.startswith("sequence") else weights[real]
+    for name, value in (("mean", flat.mean()), ("min", flat.min()), ("max", flat.max())):
+        assert metrics[f"sampling/importance_sampling_ratio/{name}"] == pytest.approx(float(value), abs=1e-5)
+    delta = (inputs["old_per_token_logps"] - inputs["sampling_per_token_logps"]).abs()[real]
+    assert metrics["sampling/sampling_logp_difference/mean"] == pytest.approx(float(delta.mean()), abs=1e-5)
+    assert metrics["sampling/sampling_logp_difference/max"] == pytest.approx(float(delta.max()), abs=1e-5)
+
+
+def test_off_policy_mask_and_no_correction_equal_trls(tiny):
+    for settings in ({"off_policy_mask_threshold": 0.001}, {"vllm_importance_sampling_correction": False}):
+        config = TrainConfig(num_generations=SIZE, prompts_per_step=GROUPS, max_steps=1, **settings)
+        learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+        samples = _samples(learner, tiny, seed=2)
+        trainer, inputs = _trl_reference(learner, tiny, samples, np.random.default_rng(3).random(GROUPS * SIZE))
+        assert ("old_per_token_logps" in inputs) == learner.corrected  # uncorrected: the loss's own pass (TRL)
+        trl_loss = trainer.compute_loss(trainer.model, inputs)
+        trl_loss.backward()
+        trl_grads = _gradients(trainer.model)
+        learner.packed = False  # TRL's layout
+        metrics = learner.accumulate_gradients(_our_batch(learner, samples, inputs["advantages"].numpy()), None, None)
+        ours = _gradients(learner.model)
+        assert metrics["loss"] == pytest.approx(float(trl_loss.detach()), abs=1e-5)
+        assert max(float((ours[name] - trl_grads[name]).abs().max()) for name in ours) <= 1e-5
+        assert ("sampling/importance_sampling_ratio/mean" in metrics) == learner.corrected
+
+
+def test_two_updates_per_step_follow_trls_num_iterations(tiny):
+    """num_iterations 2: both updates clip against the log-probs from before the first (TRL's mu)."""
+    config = TrainConfig(
+        num_generations=SIZE, prompts_per_step=GROUPS, max_steps=1, num_iterations=2, learning_rate=3e-2, epsilon=0.05
+    )
+    learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    samples = _samples(learner, tiny, seed=4)
+    trainer, inputs = _trl_reference(learner, tiny, samples, np.random.default_rng(5).random(GROUPS * SIZE))
+    trainer.create_optimizer_and_scheduler(num_training_steps=2)
+    losses, clipped = [], []
+    for _ in range(2):  # TRL's training_step on the same generation batch, twice
+        loss = trainer.compute_loss(trainer.model, inputs)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), config.max_grad_norm)
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+        clipped.append(trainer._metrics["train"]["clip_ratio/region_mean"][-1])
+    assert clipped[0] == 0.0 and clipped[1] > 0.0  # the second update moved away from the old policy
+
+    learner.packed = False  # TRL's layout
+    metrics = learner.train_step(_our_batch(learner, samples, inputs["advantages"].numpy()))
+    assert metrics["loss"] == pytest.approx(np.mean(losses), abs=1e-5)
+    assert metrics["clip_ratio/region_mean"] == pytest.approx(np.mean(clipped), abs=1e-6)
+    assert learner.policy_version == 1  # one round: the engines get the weights after both updates
+    ours, theirs = dict(learner.named_weights()), trainer.model.state_dict()
+    assert max(float((ours[name] - theirs[name]).abs().max()) for name in ours) <= 1e-4
