@@ -92,6 +92,19 @@ class TrainConfig(GRPOSettings):
         "are weighed by the importance-sampling correction against the engines' logprobs "
         "(vllm_importance_sampling_correction).",
     )
+    dynamic_sampling: bool = Field(
+        False,
+        description="DAPO's dynamic sampling: groups whose rewards are all equal (zero advantage) are not trained "
+        "on, and the step generates more groups from the stream until it has prompts_per_step informative ones "
+        "(training/dynamic_sampling.py). Dropped groups stay in the rollout Parquet with `filtered` true.",
+    )
+    dynamic_sampling_max_rounds: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="Extra generation rounds one step may take to fill up; at the limit it trains on what it has, "
+        "with a warning (counted in dynamic_sampling/short_steps).",
+    )
     # Sampling beyond the learner's temperature, and stops (forwarded to every engine untouched)
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     top_k: int = Field(-1, ge=-1, description="Top-k sampling; -1 keeps all tokens.")
@@ -130,6 +143,12 @@ class TrainConfig(GRPOSettings):
             raise ValueError(
                 f"eval_temperature: 0 is greedy, which gives one completion per prompt; set eval_num_generations: 1 "
                 f"(got {self.eval_num_generations}) or a temperature above 0"
+            )
+        if self.dynamic_sampling and self.max_staleness > 0:
+            raise ValueError(
+                f"dynamic_sampling generates a step's extra groups after its first ones are scored, which a batch "
+                f"generated ahead (max_staleness {self.max_staleness}) cannot wait for: set max_staleness: 0 or "
+                "dynamic_sampling: false"
             )
         for key in ("name", "end"):
             values = [getattr(tool, key) for tool in self.tools]

@@ -72,6 +72,17 @@ class Ragged:
     def tolist(self) -> list[list]:
         return [self[row].tolist() for row in range(len(self))]
 
+    def take(self, rows: np.ndarray) -> Ragged:
+        """The rows at the indices `rows`, in that order."""
+        return Ragged.of([self[row] for row in rows], self.values.dtype)
+
+    @staticmethod
+    def concat(parts: list[Ragged]) -> Ragged:
+        offsets = [parts[0].offsets]
+        for part in parts[1:]:
+            offsets.append(part.offsets[1:] + offsets[-1][-1])
+        return Ragged(np.concatenate([part.values for part in parts]), np.concatenate(offsets))
+
 
 @dataclasses.dataclass
 class StepSamples:
@@ -94,8 +105,9 @@ class StepSamples:
     tool_calls: list[list[ToolCall]]
     # Set by the step (training/loop.py), in the same order.
     reward: np.ndarray | None = None  # float64: the weighted sum of the reward functions
-    advantage: np.ndarray | None = None  # float64
+    advantage: np.ndarray | None = None  # float64; NaN for a sample not trained on
     rewards: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # per function: "rewards/<spec>"
+    filtered: np.ndarray | None = None  # bool: generated but not trained on (dynamic sampling); None: none were
 
     @classmethod
     def assemble(cls, requests: list[GroupRequest], results: list[GroupResult]) -> StepSamples:
@@ -163,6 +175,36 @@ class StepSamples:
         self.reward = np.asarray(scores["reward"], dtype=np.float64)
         self.rewards = {name: np.asarray(values, np.float64) for name, values in scores.items() if name.startswith("rewards/")}
 
+    def take(self, rows: np.ndarray) -> StepSamples:
+        """The samples at the indices `rows`, in that order."""
+        return StepSamples(**{field.name: _take(getattr(self, field.name), rows) for field in dataclasses.fields(self)})
+
+    @classmethod
+    def concat(cls, parts: list[StepSamples]) -> StepSamples:
+        """One record of several, in order (each with the same step-set columns)."""
+        return cls(**{field.name: _concat([getattr(part, field.name) for part in parts]) for field in dataclasses.fields(cls)})
+
     def model_tokens(self) -> np.ndarray:
         """Each sample's own tokens (a tool's observation tokens left out)."""
         return self.tool_mask.sums()
+
+
+def _take(column, rows: np.ndarray):
+    if column is None:
+        return None
+    if isinstance(column, dict):
+        return {name: values[rows] for name, values in column.items()}
+    if isinstance(column, list):
+        return [column[row] for row in rows]
+    return column.take(rows) if isinstance(column, Ragged) else column[rows]
+
+
+def _concat(columns: list):
+    first = columns[0]
+    if first is None:
+        return None
+    if isinstance(first, dict):
+        return {name: np.concatenate([column[name] for column in columns]) for name in first}
+    if isinstance(first, list):
+        return [row for column in columns for row in column]
+    return Ragged.concat(columns) if isinstance(first, Ragged) else np.concatenate(columns)

@@ -27,7 +27,7 @@ from orchestrator.launch import Components
 from orchestrator.rewards.scoring import RewardScorer, StepRewards
 from orchestrator.rollout.parquet import rollout_table, write_parquet
 from orchestrator.rollout.samples import Ragged, StepSamples
-from orchestrator.training import plots
+from orchestrator.training import dynamic_sampling, plots
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
 from orchestrator.training.control import ControlFile
@@ -180,8 +180,8 @@ class GRPORun:
         owns the pool (see `_generate`); never trained on, and the prompt stream does not move."""
         return self._prefetch.call(self.evaluation.run, self.parts.pool, step, self.run_dir.root / "eval")
 
-    def _requests(self):
-        items = self.stream.take(self.config.prompts_per_step)
+    def _requests(self, groups: int | None = None):
+        items = self.stream.take(groups or self.config.prompts_per_step)
         return build_requests(items, self.prompt_ids, self.config.num_generations, self.sampling, self.tool_use)
 
     def _next_batch(self, step: int) -> tuple[StepSamples, StepRewards]:
@@ -217,14 +217,22 @@ class GRPORun:
 
         scores = rewards.scores()
         samples.set_scores(scores)
-        samples.advantage = group_advantages(samples.reward, samples.group_id, self.config.scale_rewards)
+        reward_errors, filling = scores["reward_errors"], {}
+        if self.config.dynamic_sampling:
+            samples, reward_errors, filling = self._fill_with_informative_groups(step, samples, reward_errors)
+            generated = time.perf_counter()  # the extra rounds are generation
+        trained = samples if samples.filtered is None else samples.take(np.flatnonzero(~samples.filtered))
+        trained.advantage = group_advantages(trained.reward, trained.group_id, self.config.scale_rewards)
+        if samples.filtered is not None:  # the filtered samples are reported, with no advantage
+            samples.advantage = np.full(len(samples), np.nan)
+            samples.advantage[~samples.filtered] = trained.advantage
         scored = time.perf_counter()
 
         batch = learner_batch(
-            samples, samples.advantage, self.parts.tokenizer.pad_token_id, self.config.mask_truncated_completions
+            trained, trained.advantage, self.parts.tokenizer.pad_token_id, self.config.mask_truncated_completions
         )
-        learner_metrics = self.parts.learner.train_step(batch, samples.group_id)
-        trained = time.perf_counter()
+        learner_metrics = self.parts.learner.train_step(batch, trained.group_id)
+        learned = time.perf_counter()
 
         self.weights.version += 1
         # Async: the generation thread owns the pool, and replaces a dead engine when its next call fails.
@@ -239,19 +247,58 @@ class GRPORun:
             "staleness/max": int(self.weights.version - 1 - oldest),
             **rollout_metrics(samples, self.parts.tokenizer.eos_token_id, tools=self.tool_use is not None),
             **learner_metrics,
-            "reward_errors": scores["reward_errors"],
+            **filling,
+            "reward_errors": reward_errors,
             "engines": self.parts.pool.size,
             "engine_restarts": self.parts.pool.restarts,
             "weight_sync/bytes": sync.bytes,
             "weight_sync/checksum": sync.checksum,
             "time/generate": generated - start,
             "time/reward": scored - generated,
-            "time/train": trained - scored,
-            "time/sync": synced - trained,
+            "time/train": learned - scored,
+            "time/sync": synced - learned,
         }
         metrics["time/step"] = time.perf_counter() - start
         metrics["samples_per_s"] = len(samples) / metrics["time/step"]
         return metrics
+
+    def _fill_with_informative_groups(self, step: int, samples: StepSamples, reward_errors: int):
+        """Dynamic sampling (training/dynamic_sampling.py): more groups from the stream until
+        `prompts_per_step` of them have rewards that differ. Returns every sample generated, scored and
+        marked `filtered` where it is not trained on, the reward errors and the figures."""
+        need, parts, rounds = self.config.prompts_per_step, [samples], 0
+        kept = dynamic_sampling.count_groups(samples.group_id, dynamic_sampling.informative(samples.reward, samples.group_id))
+        generated = need
+        while kept < need and rounds < self.config.dynamic_sampling_max_rounds:
+            rounds += 1
+            more, rewards = self._generate(self._requests(dynamic_sampling.extra_groups(need - kept, kept, generated, need)))
+            scores = rewards.scores()
+            more.set_scores(scores)
+            reward_errors += scores["reward_errors"]
+            parts.append(more)
+            generated += len(np.unique(more.group_id))
+            kept += dynamic_sampling.count_groups(more.group_id, dynamic_sampling.informative(more.reward, more.group_id))
+        everything = StepSamples.concat(parts)
+        chosen = dynamic_sampling.trained(everything.reward, everything.group_id, need)
+        if not chosen.any():  # nothing to learn from: the first groups, whose advantages are all zero
+            chosen = np.isin(everything.group_id, samples.group_id)
+        short = kept < need
+        if short:
+            print(
+                f"warning: step {step}: {kept} of prompts_per_step={need} groups have rewards that differ after "
+                f"dynamic_sampling_max_rounds={self.config.dynamic_sampling_max_rounds} extra rounds; training on "
+                f"{dynamic_sampling.count_groups(everything.group_id, chosen)} group(s)",
+                flush=True,
+            )
+        everything.filtered = ~chosen
+        figures = {
+            "dynamic_sampling/rounds": rounds,
+            "dynamic_sampling/groups_generated": generated,
+            "dynamic_sampling/groups_filtered": generated - kept,
+            "dynamic_sampling/groups_surplus": max(0, kept - need),
+            "dynamic_sampling/short_steps": int(short),
+        }
+        return everything, reward_errors, figures
 
     def save(self, step: int) -> Path:
         # A prefetched batch (async mode) is not trained on yet: a resumed run generates it again.

@@ -79,7 +79,17 @@ def progress_line(metrics: dict, max_steps: int) -> str:
         f"step {m['step']:>4}/{max_steps} | reward {m['reward_mean']:.3f} ± {m['reward_std']:.3f} | "
         f"{m['samples_per_s']:.1f} samples/s | gen {m['time/generate']:.2f}s reward {m['time/reward']:.2f}s "
         f"train {m['time/train']:.2f}s sync {m['time/sync']:.2f}s | len {m['completion_length/mean']:.1f} | "
-        f"{_learner_figures(m)}{_policy_figures(m)} | v{m['policy_version']}"
+        f"{_learner_figures(m)}{_policy_figures(m)}{_filling(m)} | v{m['policy_version']}"
+    )
+
+
+def _filling(m: dict) -> str:
+    """Dynamic sampling: groups generated for the step, dropped for equal rewards, extra rounds."""
+    if "dynamic_sampling/rounds" not in m:
+        return ""
+    return (
+        f" | groups {m['dynamic_sampling/groups_generated']} dropped {m['dynamic_sampling/groups_filtered']} "
+        f"(+{m['dynamic_sampling/rounds']} rounds)"
     )
 
 

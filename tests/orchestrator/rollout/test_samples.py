@@ -1,0 +1,32 @@
+"""A step's record of samples: rows taken out of it and records joined keep every column in step."""
+
+import numpy as np
+
+from orchestrator.rollout.parquet import rollout_table
+from orchestrator.rollout.samples import StepSamples
+
+
+def _record(first: int) -> StepSamples:
+    samples = StepSamples.from_tokens([[1, 2], [3]], [[first, 5, 6], [first]], [[-0.1, -0.2, -0.3], [-0.4]])
+    samples.group_id = samples.group_id + first
+    samples.set_scores({"reward": [first, first + 0.5], "rewards/f": [first, np.nan]})
+    return samples
+
+
+def test_joined_records_and_taken_rows_keep_each_sample_whole():
+    joined = StepSamples.concat([_record(10), _record(20)])
+    assert joined.completion_ids.tolist() == [[10, 5, 6], [10], [20, 5, 6], [20]]
+    assert joined.group_id.tolist() == [10, 11, 20, 21]
+    assert joined.reward.tolist() == [10, 10.5, 20, 20.5]
+    taken = joined.take(np.array([3, 0]))
+    assert taken.completion_ids.tolist() == [[20], [10, 5, 6]]
+    assert taken.logprobs.tolist() == [[np.float32(-0.4)], [np.float32(-0.1), np.float32(-0.2), np.float32(-0.3)]]
+    assert taken.prompt_ids.tolist() == [[3], [1, 2]]
+    assert taken.reward.tolist() == [20.5, 10] and np.isnan(taken.rewards["rewards/f"][0])
+
+
+def test_the_parquet_says_which_samples_were_not_trained_on():
+    samples = StepSamples.concat([_record(10), _record(20)])
+    assert rollout_table(samples, step=1).column("filtered").to_pylist() == [False] * 4
+    samples.filtered = np.array([False, False, True, True])
+    assert rollout_table(samples, step=1).column("filtered").to_pylist() == [False, False, True, True]

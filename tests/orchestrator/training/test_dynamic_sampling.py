@@ -1,0 +1,82 @@
+"""Dynamic sampling (DAPO): only groups whose rewards differ are trained on, each step has
+prompts_per_step of them, dropped groups are in the Parquet as `filtered`, and a resume is exact."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from orchestrator.config.base import ConfigError
+from orchestrator.config.loading import load_config
+from orchestrator.config.train import TrainConfig
+from orchestrator.training import dynamic_sampling
+from tests.orchestrator.training.short_run import ARGS
+
+
+def test_groups_with_equal_rewards_are_not_informative():
+    rewards = np.array([1.0, 1.0, 0.0, 1.0, 0.5, 0.5, 0.0, 0.0])
+    groups = np.array([7, 7, 3, 3, 9, 9, 3, 3])  # group 3 twice over, apart: still one group
+    assert dynamic_sampling.informative(rewards, groups).tolist() == [False, False, True, True, False, False, True, True]
+    # the first informative groups in record order, as many as the step needs
+    rewards = np.array([0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    groups = np.array([1, 1, 2, 2, 3, 3, 4, 4])
+    assert dynamic_sampling.trained(rewards, groups, 2).tolist() == [True, True, False, False, True, True, False, False]
+
+
+def test_extra_rounds_ask_for_the_missing_groups_at_the_rate_seen():
+    assert dynamic_sampling.extra_groups(missing=2, kept=2, generated=4, prompts_per_step=4) == 4
+    assert dynamic_sampling.extra_groups(missing=1, kept=3, generated=4, prompts_per_step=4) == 2
+    assert dynamic_sampling.extra_groups(missing=4, kept=0, generated=4, prompts_per_step=4) == 4
+    assert dynamic_sampling.extra_groups(missing=3, kept=1, generated=8, prompts_per_step=4) == 4  # at most a step
+
+
+def test_dynamic_sampling_with_a_batch_generated_ahead_is_refused(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("dynamic_sampling: true\nmax_staleness: 1\n")
+    with pytest.raises(ConfigError, match="set max_staleness: 0 or dynamic_sampling: false"):
+        load_config(TrainConfig, path, [])
+
+
+def _train(*args):
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "train", *args], capture_output=True, text=True, timeout=900, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.engines
+def test_every_trained_group_differs_every_step_is_full_and_resume_is_exact(tmp_path):
+    run = tmp_path / "run"
+    steps = 4
+    flat = Path(__file__).with_name("flat_rewards.py")
+    args = [*ARGS, "dynamic_sampling=true", f"max_steps={steps}", "save_steps=2", f"reward_funcs=['{flat}:half_flat']"]
+    _train(*args, f"output_dir={run}")
+    table = pq.read_table(run / "rollouts").to_pandas()
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    trained = table[~table["filtered"]]
+    spread = trained.groupby(["step", "group_id"])["reward"].agg(lambda r: r.max() - r.min())
+    assert (spread > 0).all()
+    assert (trained.groupby("step")["group_id"].nunique() == 2).all()  # prompts_per_step on every step
+    assert table["filtered"].any(), "no group was dropped: the run did not exercise dynamic sampling"
+    assert trained["advantage"].notna().all() and table[table["filtered"]]["advantage"].isna().all()
+    assert sum(m["dynamic_sampling/rounds"] for m in metrics) > 0
+    assert all(m["dynamic_sampling/short_steps"] == 0 for m in metrics)
+
+    # Resume from the step-2 checkpoint: the same prompts, samples and rewards as the run itself.
+    again = tmp_path / "again"
+    shutil.copytree(run, again)
+    shutil.rmtree(again / "checkpoints" / f"step-{steps:06d}")
+    resumed = _train("--resume", str(again))
+    assert "from step-000002" in resumed.stdout
+    resumed_table = pq.read_table(again / "rollouts").to_pandas()
+    columns = ["step", "group_id", "prompt_index", "completion_ids", "reward", "filtered"]
+    assert resumed_table[columns].astype(str).equals(table[columns].astype(str))
+    assert [json.loads(line)["reward_mean"] for line in (again / "metrics.jsonl").read_text().splitlines()] == [
+        m["reward_mean"] for m in metrics
+    ]
