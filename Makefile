@@ -53,9 +53,9 @@ test: install lint
 	$(PY) -m pytest $(PYTEST_ARGS) $(ARGS)
 
 # Regenerates every figure of the runs shown in README.md (plots and tables): the default run, the
-# tool-rollout demo and the chat demo.
+# tool-rollout demo, the chat demo and the DAPO recipe.
 docs: install
-	rm -rf runs/docs-default runs/docs-lookup runs/docs-chat
+	rm -rf runs/docs-default runs/docs-lookup runs/docs-chat runs/docs-dapo
 	$(PY) -m orchestrator train output_dir=runs/docs-default
 	mkdir -p docs
 	cp runs/docs-default/plots/reward.png docs/default-reward.png
@@ -67,6 +67,9 @@ docs: install
 	$(PY) -m orchestrator train --config configs/chat/arithmetic.yaml output_dir=runs/docs-chat
 	cp runs/docs-chat/plots/reward.png docs/chat-reward.png
 	$(PY) -m orchestrator report runs/docs-chat > docs/chat-run.md
+	$(PY) -m orchestrator train --config configs/recipes/dapo.yaml output_dir=runs/docs-dapo
+	cp runs/docs-dapo/plots/reward.png docs/dapo-reward.png
+	$(PY) -m orchestrator report runs/docs-dapo > docs/dapo-run.md
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache

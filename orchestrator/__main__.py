@@ -94,10 +94,12 @@ def _bench_parser(commands) -> None:
     p.add_argument("--engines", type=int, default=1, help="engines in our pool (default: %(default)s)")
     p.add_argument(
         "--only",
-        choices=["sync", "learner-memory"],
+        choices=["sync", "learner-memory", "correction"],
         help="measure one part alone (sync: weight sync vs memcpy, about two minutes; learner-memory: the "
         "learner's peak memory for steps of --samples samples at --max-tokens-per-micro-batch, completions as in the "
-        "realistic case, with a small and a 152k-token vocabulary: several minutes on an idle 2-core machine)",
+        "realistic case, with a small and a 152k-token vocabulary: several minutes on an idle 2-core machine; "
+        "correction: the learner's step time without and with the engine correction, and with an old log-probs "
+        "pass, on 64 samples of the realistic case: about two minutes)",
     )
     p.add_argument(
         "--samples", default="64,256,1024", help="learner-memory: samples per step, comma-separated (default: %(default)s)"

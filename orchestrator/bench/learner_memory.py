@@ -81,7 +81,7 @@ def _child(model: Path, samples: int, budget: int | None, mean_length: int, max_
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _batch(learner, samples: int, mean_length: int, max_length: int, seed: int = 0) -> dict:
+def step_batch(learner, samples: int, mean_length: int, max_length: int, seed: int = 0) -> dict:
     import numpy as np
 
     from orchestrator.builtin import search_task
@@ -123,7 +123,7 @@ def _run_one(model: str, samples: int, budget: int | None, mean_length: int, max
         learner={"max_tokens_per_micro_batch": budget, "num_gpus": 1 if cuda else 0},
     )
     learner = GRPOLearner(config, model, model)
-    batch = _batch(learner, samples, mean_length, max_length)
+    batch = step_batch(learner, samples, mean_length, max_length)
     if cuda:
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()

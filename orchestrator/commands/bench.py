@@ -10,7 +10,8 @@ the share of step time outside generate, reward, train and sync. `--only sync` m
 sync alone (about two minutes) and replaces only the sync figures of an existing `--out` file.
 `--only learner-memory` measures the learner's peak memory as the step grows at a fixed
 `learner.max_tokens_per_micro_batch`, with a small and a 152k-token vocabulary
-(orchestrator/bench/learner_memory.py).
+(orchestrator/bench/learner_memory.py). `--only correction` times the learner's step without and
+with the engine correction (orchestrator/bench/correction.py).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
     if args.only == "learner-memory":
         return _learner_memory(args)
+    if args.only == "correction":
+        return _correction(args)
     model = Path(args.model) if args.model else bench_model()
     cases = [Case("fixed", model, args.max_tokens, ignore_eos=True)]
     if not args.model:  # the stop-at-EOS variant of the built-in model
@@ -160,6 +163,22 @@ def _learner_memory(args: argparse.Namespace) -> int:
         )
         results.append(result)
     _save(args.out, {"learner_memory": results})
+    return 0
+
+
+def _correction(args: argparse.Namespace) -> int:
+    """The learner's step without and with the engine correction (orchestrator/bench/correction.py), on
+    the realistic case's model and lengths. Replaces only the correction entry of an existing `--out` file."""
+    from orchestrator.bench import correction
+    from orchestrator.bench.model import bench_model
+
+    model = Path(args.model) if args.model else bench_model(mean_length=args.mean_length)
+    machine = f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}"
+    print(f"correction on {machine}; model {parameter_count(model) / 1e6:.1f}M parameters; 64 samples", flush=True)
+    result = correction.measure(model, 64, args.mean_length, args.realistic_max_tokens)
+    result["machine"] = machine
+    print(correction.table(result))
+    _save(args.out, {"correction": result})
     return 0
 
 

@@ -42,15 +42,44 @@ def report(metrics: list[dict]) -> str:
         "|---|" + "---|" * len(PHASES),
         "| | " + " | ".join(f"{np.mean([m[p] for m in steady]):.3f}" for p in PHASES) + " |",
         "",
-        f"max `sampling/sampling_logp_difference/mean` over all steps: {max(m['sampling/sampling_logp_difference/mean'] for m in metrics):.1e}; "
-        f"machine: {platform.machine()}, {_cores()} cores, Python {platform.python_version()}",
+        f"{_sampling_line(metrics)}; machine: {platform.machine()}, {_cores()} cores, Python {platform.python_version()}",
     ]
+    if "dynamic_sampling/rounds" in metrics[0]:
+        lines += ["", _filling_line(metrics)]
     if "tools/calls" in metrics[0]:
         lines += ["", _tool_line(metrics, steady)]
     evaluated = [m for m in metrics if "eval/reward_mean" in m]
     if evaluated:
         lines += ["", *_eval_table(evaluated)]
     return "\n".join(lines)
+
+
+def _sampling_line(metrics: list[dict]) -> str:
+    """Engines vs learner over the run: the log-prob gap, the KL estimate and the correction's ratios."""
+    line = (
+        f"engines vs learner: log-prob gap mean {np.mean([m['sampling/sampling_logp_difference/mean'] for m in metrics]):.1e}, "
+        f"max {max(m['sampling/sampling_logp_difference/max'] for m in metrics):.1e}; "
+        f"`sampling/kl` mean {np.mean([m['sampling/kl'] for m in metrics]):.1e}"
+    )
+    if "sampling/importance_sampling_ratio/mean" in metrics[0]:
+        line += (
+            f"; importance-sampling ratio min {min(m['sampling/importance_sampling_ratio/min'] for m in metrics):.3f}, "
+            f"mean {np.mean([m['sampling/importance_sampling_ratio/mean'] for m in metrics]):.4f}, "
+            f"max {max(m['sampling/importance_sampling_ratio/max'] for m in metrics):.3f}"
+        )
+    else:
+        line += "; no importance-sampling correction"
+    return line
+
+
+def _filling_line(metrics: list[dict]) -> str:
+    generated = sum(m["dynamic_sampling/groups_generated"] for m in metrics)
+    return (
+        f"dynamic sampling: {generated} groups generated, {sum(m['dynamic_sampling/groups_filtered'] for m in metrics)} "
+        f"dropped for equal rewards, {sum(m['dynamic_sampling/groups_surplus'] for m in metrics)} surplus; "
+        f"{sum(m['dynamic_sampling/rounds'] for m in metrics)} extra rounds; "
+        f"{sum(m['dynamic_sampling/short_steps'] for m in metrics)} steps short of prompts_per_step"
+    )
 
 
 def _eval_table(evaluated: list[dict]) -> list[str]:

@@ -217,8 +217,11 @@ class GRPOLearner:
         trainer = self.trainer
         learner = self.config.learner
         step = self._prepare(batch, learner.micro_batch_size, learner.max_tokens_per_micro_batch)
+        passes = {}
         if self.config.num_iterations > 1:
+            began = time.perf_counter()
             self._old_policy(step)
+            passes["time/old_logps"] = time.perf_counter() - began
         updates = []
         for _ in range(self.config.num_iterations):
             metrics = self._accumulate(step)
@@ -232,6 +235,7 @@ class GRPOLearner:
         return {
             **{key: float(np.mean([update[key] for update in updates])) for key in updates[0]},
             **step.stats.metrics(self.corrected),
+            **passes,
             "learning_rate": float(trainer.lr_scheduler.get_last_lr()[0]),
             "time/learner_step": time.perf_counter() - start,
         }

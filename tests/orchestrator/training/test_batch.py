@@ -47,3 +47,12 @@ def test_single_turn_batches_carry_no_tool_mask():
 def test_an_empty_completion_still_gets_a_column():
     batch = learner_batch(_samples(([5], [], [], None), ([6], [], [], None)), np.array([0.0, 0.0]), PAD)
     assert batch["completion_ids"].shape == (2, 1) and batch["completion_mask"].tolist() == [[0], [0]]
+
+
+def test_mask_truncated_completions_leaves_cut_off_samples_out_of_the_loss():
+    samples = _samples(([5], [11, 2], [-0.1, -0.2], None), ([6], [13, 14], [-0.4, -0.5], None))
+    samples.finish_reason[1] = "length"  # cut off at max_completion_length
+    assert "loss_rows" not in learner_batch(samples, np.array([1.0, -1.0]), PAD)
+    batch = learner_batch(samples, np.array([1.0, -1.0]), PAD, mask_truncated=True)
+    assert batch["loss_rows"].tolist() == [1, 0]
+    assert batch["completion_mask"].tolist() == [[1, 1], [1, 1]]  # still attended, as TRL's tool tokens are

@@ -6,7 +6,7 @@ from orchestrator.commands.report import report
 from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample, ToolCall
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.rollout.samples import StepSamples
-from orchestrator.training.metrics import rollout_metrics
+from orchestrator.training.metrics import progress_line, rollout_metrics
 
 EOS = 0
 
@@ -42,6 +42,8 @@ def test_report_of_a_tool_run_whose_later_step_made_no_call():
         "samples": 2,
         "samples_per_s": 1.0,
         "sampling/sampling_logp_difference/mean": 0.0,
+        "sampling/sampling_logp_difference/max": 0.0,
+        "sampling/kl": 0.0,
         **{f"time/{p}": 0.1 for p in ("generate", "reward", "train", "sync", "step")},
     }
     calls = _table(
@@ -50,3 +52,33 @@ def test_report_of_a_tool_run_whose_later_step_made_no_call():
     none = _table([[], []], [[1] * 4, [1] * 4], [1, 1])
     metrics = [{**step, **rollout_metrics(t, EOS, tools=True), "step": i + 1} for i, t in enumerate([calls, none])]
     assert "tools: 1 calls (0.5/step), 0 errors, 0 timeouts" in report(metrics)
+
+
+def test_report_and_step_line_show_the_correction_and_dynamic_sampling():
+    step = {
+        "step": 1,
+        "policy_version": 0,
+        "reward_mean": 0.5,
+        "reward_std": 0.1,
+        "samples": 8,
+        "samples_per_s": 1.0,
+        "completion_length/mean": 3.0,
+        "sampling/sampling_logp_difference/mean": 0.002,
+        "sampling/sampling_logp_difference/max": 0.1,
+        "sampling/kl": 2e-5,
+        "sampling/importance_sampling_ratio/min": 0.9,
+        "sampling/importance_sampling_ratio/mean": 1.0001,
+        "sampling/importance_sampling_ratio/max": 1.2,
+        "clip_ratio/region_mean": 0.031,
+        "dynamic_sampling/rounds": 2,
+        "dynamic_sampling/groups_generated": 7,
+        "dynamic_sampling/groups_filtered": 3,
+        "dynamic_sampling/groups_surplus": 0,
+        "dynamic_sampling/short_steps": 0,
+        **{f"time/{p}": 0.1 for p in ("generate", "reward", "train", "sync", "step")},
+    }
+    text = report([step, {**step, "step": 2, "sampling/importance_sampling_ratio/min": 0.8}])
+    assert "importance-sampling ratio min 0.800, mean 1.0001, max 1.200" in text
+    assert "dynamic sampling: 14 groups generated, 6 dropped for equal rewards, 0 surplus; 4 extra rounds" in text
+    line = progress_line(step, 10)
+    assert "lp-diff 2.0e-03 is 1.000 clip 3.1% | groups 7 dropped 3 (+2 rounds)" in line

@@ -74,3 +74,32 @@ def test_micro_batches_weighted_by_the_learner_turn_trls_division_off():
     trainer = _Trainer()
     fenced_trl.weight_micro_batches_ourselves(trainer)
     assert trainer.current_gradient_accumulation_steps == 1
+
+
+def test_trls_loss_reads_the_ratio_after_its_forward_pass_and_only_when_generating_with_vllm():
+    """The learner puts `importance_sampling_ratio` into the inputs during `_compute_loss`'s forward pass."""
+    from trl import GRPOTrainer
+
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    forward = source.index("self._get_per_token_logps_and_entropies(")
+    ratio = source.index('inputs["importance_sampling_ratio"]')
+    assert forward < ratio
+    assert "if self.use_vllm and self.vllm_importance_sampling_correction" in source
+    assert 'self._metrics[mode]["clip_ratio/region_mean"].append(' in source
+
+
+def test_the_correction_is_switched_on_only_for_a_trainer_built_with_it():
+    trainer = _Trainer()
+    trainer.vllm_importance_sampling_correction = False
+    with pytest.raises(ValueError, match="vllm_importance_sampling_correction=False"):
+        fenced_trl.correct_sampling(trainer)
+    trainer.vllm_importance_sampling_correction, trainer.use_vllm = True, False
+    fenced_trl.correct_sampling(trainer)
+    assert trainer.use_vllm
+
+
+def test_loss_metrics_are_averaged_and_emptied():
+    trainer = _Trainer()
+    trainer._metrics = {"train": {"entropy": [1.0, 3.0], "clip_ratio/region_mean": [float("nan"), 0.5], "kl": []}}
+    assert fenced_trl.take_loss_metrics(trainer) == {"entropy": 2.0, "clip_ratio/region_mean": 0.5}
+    assert trainer._metrics["train"] == {}

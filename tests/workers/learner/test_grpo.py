@@ -225,3 +225,17 @@ def test_log_probs_over_a_152k_vocabulary_equal_those_of_the_whole_logits(tmp_pa
             chunked = learner._logps(learner.model, batch)
         # Log-probs near -12 here, where one float32 step is 9.5e-7: equal to a few steps.
         assert float(((chunked - full).abs() / full.abs().clamp(min=1.0)).max()) <= 1e-6, packed
+
+
+def test_a_masked_truncated_completion_adds_nothing_to_the_step(tiny):
+    """mask_truncated_completions (loss_rows 0): with the token-level loss the step's gradient is that of
+    the batch without the row."""
+    config = TrainConfig(num_generations=2, prompts_per_step=5, max_steps=1, loss_type="dapo")
+    learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    batch = _uneven_batch(learner)
+    masked = {**batch, "loss_rows": np.array([1, 1, 0, 1, 1, 1, 1, 1, 1, 1])}
+    without = {key: np.delete(value, 2, axis=0) for key, value in batch.items()}
+    with_row, masked_grads = _gradients(learner, masked, packed=True)
+    alone, without_grads = _gradients(learner, without, packed=True)
+    assert max(float((masked_grads[name] - without_grads[name]).abs().max()) for name in masked_grads) <= 1e-5
+    assert with_row["loss"] == pytest.approx(alone["loss"], abs=1e-6)
