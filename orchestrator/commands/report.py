@@ -55,17 +55,25 @@ def report(metrics: list[dict]) -> str:
 
 
 def _sampling_line(metrics: list[dict]) -> str:
-    """Engines vs learner over the run: the log-prob gap, the KL estimate and the correction's ratios."""
+    """Engines vs learner over the run: the log-prob gap, the KL estimate and the correction's ratios
+    (over the steps that logged them: a step with no loss token has no ratio)."""
+
+    def values(name: str) -> list[float]:
+        return [m[name] for m in metrics if m.get(name) is not None]
+
+    gap = values("sampling/sampling_logp_difference/mean")
+    if not gap:
+        return "engines vs learner: not logged"
     line = (
-        f"engines vs learner: log-prob gap mean {np.mean([m['sampling/sampling_logp_difference/mean'] for m in metrics]):.1e}, "
-        f"max {max(m['sampling/sampling_logp_difference/max'] for m in metrics):.1e}; "
-        f"`sampling/kl` mean {np.mean([m['sampling/kl'] for m in metrics]):.1e}"
+        f"engines vs learner: log-prob gap mean {np.mean(gap):.1e}, "
+        f"max {max(values('sampling/sampling_logp_difference/max')):.1e}; "
+        f"`sampling/kl` mean {np.mean(values('sampling/kl')):.1e}"
     )
-    if "sampling/importance_sampling_ratio/mean" in metrics[0]:
+    ratios = values("sampling/importance_sampling_ratio/mean")
+    if ratios:
         line += (
-            f"; importance-sampling ratio min {min(m['sampling/importance_sampling_ratio/min'] for m in metrics):.3f}, "
-            f"mean {np.mean([m['sampling/importance_sampling_ratio/mean'] for m in metrics]):.4f}, "
-            f"max {max(m['sampling/importance_sampling_ratio/max'] for m in metrics):.3f}"
+            f"; importance-sampling ratio min {min(values('sampling/importance_sampling_ratio/min')):.3f}, "
+            f"mean {np.mean(ratios):.4f}, max {max(values('sampling/importance_sampling_ratio/max')):.3f}"
         )
     else:
         line += "; no importance-sampling correction"

@@ -40,8 +40,8 @@ ROLLOUT_SCHEMA = pa.schema(
 
 def rollout_table(samples: StepSamples, step: int | None = None) -> pa.Table:
     """One row per sample in the record's order. With `step`: the step first, then whatever the step
-    added at the end (reward, advantage, each function's `rewards/<spec>`, and `filtered`: true for a
-    sample generated but not trained on)."""
+    added at the end (reward, advantage, each function's `rewards/<spec>`, and with dynamic sampling
+    `filtered`: true for a sample generated but not trained on)."""
     columns = {
         "prompt_index": samples.prompt_index,
         "group_id": samples.group_id,
@@ -70,12 +70,13 @@ def rollout_table(samples: StepSamples, step: int | None = None) -> pa.Table:
     table = table.add_column(0, "step", pa.array(np.full(len(samples), step), pa.int64()))
     if samples.reward is not None:
         table = table.append_column("reward", pa.array(samples.reward, pa.float64()))
-    if samples.advantage is not None:
-        table = table.append_column("advantage", pa.array(samples.advantage, pa.float64()))
+    if samples.advantage is not None:  # null for a sample not trained on
+        table = table.append_column("advantage", pa.array(samples.advantage, pa.float64(), from_pandas=True))
     for name, values in samples.rewards.items():  # null where the function did not apply (it returned None)
         table = table.append_column(name, pa.array(values, pa.float64(), from_pandas=True))
-    filtered = np.zeros(len(samples), dtype=bool) if samples.filtered is None else samples.filtered
-    return table.append_column("filtered", pa.array(filtered, pa.bool_()))
+    if samples.filtered is not None:
+        table = table.append_column("filtered", pa.array(samples.filtered, pa.bool_()))
+    return table
 
 
 def _list_array(column: Ragged, value_type: pa.DataType) -> pa.Array:

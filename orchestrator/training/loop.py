@@ -217,10 +217,9 @@ class GRPORun:
 
         scores = rewards.scores()
         samples.set_scores(scores)
-        reward_errors, filling = scores["reward_errors"], {}
+        reward_errors, filling, extra_generate_s = scores["reward_errors"], {}, 0.0
         if self.config.dynamic_sampling:
-            samples, reward_errors, filling = self._fill_with_informative_groups(step, samples, reward_errors)
-            generated = time.perf_counter()  # the extra rounds are generation
+            samples, reward_errors, filling, extra_generate_s = self._fill(step, samples, reward_errors)
         trained = samples if samples.filtered is None else samples.take(np.flatnonzero(~samples.filtered))
         trained.advantage = group_advantages(trained.reward, trained.group_id, self.config.scale_rewards)
         if samples.filtered is not None:  # the filtered samples are reported, with no advantage
@@ -253,8 +252,8 @@ class GRPORun:
             "engine_restarts": self.parts.pool.restarts,
             "weight_sync/bytes": sync.bytes,
             "weight_sync/checksum": sync.checksum,
-            "time/generate": generated - start,
-            "time/reward": scored - generated,
+            "time/generate": generated - start + extra_generate_s,
+            "time/reward": scored - generated - extra_generate_s,
             "time/train": learned - scored,
             "time/sync": synced - learned,
         }
@@ -262,43 +261,26 @@ class GRPORun:
         metrics["samples_per_s"] = len(samples) / metrics["time/step"]
         return metrics
 
-    def _fill_with_informative_groups(self, step: int, samples: StepSamples, reward_errors: int):
-        """Dynamic sampling (training/dynamic_sampling.py): more groups from the stream until
-        `prompts_per_step` of them have rewards that differ. Returns every sample generated, scored and
-        marked `filtered` where it is not trained on, the reward errors and the figures."""
-        need, parts, rounds = self.config.prompts_per_step, [samples], 0
-        kept = dynamic_sampling.count_groups(samples.group_id, dynamic_sampling.informative(samples.reward, samples.group_id))
-        generated = need
-        while kept < need and rounds < self.config.dynamic_sampling_max_rounds:
-            rounds += 1
-            more, rewards = self._generate(self._requests(dynamic_sampling.extra_groups(need - kept, kept, generated, need)))
-            scores = rewards.scores()
-            more.set_scores(scores)
-            reward_errors += scores["reward_errors"]
-            parts.append(more)
-            generated += len(np.unique(more.group_id))
-            kept += dynamic_sampling.count_groups(more.group_id, dynamic_sampling.informative(more.reward, more.group_id))
-        everything = StepSamples.concat(parts)
-        chosen = dynamic_sampling.trained(everything.reward, everything.group_id, need)
-        if not chosen.any():  # nothing to learn from: the first groups, whose advantages are all zero
-            chosen = np.isin(everything.group_id, samples.group_id)
-        short = kept < need
-        if short:
+    def _fill(self, step: int, samples: StepSamples, reward_errors: int):
+        """Dynamic sampling (training/dynamic_sampling.py): more groups from the stream until the step has
+        `prompts_per_step` whose rewards differ; a short step is said once."""
+        config = self.config
+        filled = dynamic_sampling.fill(
+            samples,
+            reward_errors,
+            lambda groups: self._generate(self._requests(groups)),
+            config.prompts_per_step,
+            config.dynamic_sampling_max_rounds,
+            at_least=config.learner.workers,
+        )
+        if filled.figures["dynamic_sampling/short_steps"]:
             print(
-                f"warning: step {step}: {kept} of prompts_per_step={need} groups have rewards that differ after "
-                f"dynamic_sampling_max_rounds={self.config.dynamic_sampling_max_rounds} extra rounds; training on "
-                f"{dynamic_sampling.count_groups(everything.group_id, chosen)} group(s)",
+                f"warning: step {step}: {filled.informative} of prompts_per_step={config.prompts_per_step} groups have "
+                f"rewards that differ after dynamic_sampling_max_rounds={config.dynamic_sampling_max_rounds} extra "
+                f"rounds; the step trains on {dynamic_sampling.count_groups(filled.samples.group_id, ~filled.samples.filtered)}",
                 flush=True,
             )
-        everything.filtered = ~chosen
-        figures = {
-            "dynamic_sampling/rounds": rounds,
-            "dynamic_sampling/groups_generated": generated,
-            "dynamic_sampling/groups_filtered": generated - kept,
-            "dynamic_sampling/groups_surplus": max(0, kept - need),
-            "dynamic_sampling/short_steps": int(short),
-        }
-        return everything, reward_errors, figures
+        return filled.samples, filled.reward_errors, filled.figures, filled.generate_s
 
     def save(self, step: int) -> Path:
         # A prefetched batch (async mode) is not trained on yet: a resumed run generates it again.

@@ -29,7 +29,6 @@ keeps the gathered weights for publishing and checkpoints.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import tempfile
 import time
@@ -40,7 +39,7 @@ import torch
 from orchestrator.contracts.learning import LEARNER_STATE, GRPOSettings
 from workers.fences import transformers as fenced_transformers
 from workers.fences import trl as fenced_trl
-from workers.learner import importance_sampling, micro_batches, packing, sharding
+from workers.learner import importance_sampling, micro_batches, packing, sharding, step_inputs
 from workers.learner.model_setup import load_model, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -233,7 +232,7 @@ class GRPOLearner:
         self.policy_version += 1
         self._gather_weights()
         return {
-            **{key: float(np.mean([update[key] for update in updates])) for key in updates[0]},
+            **_mean_over(updates),
             **step.stats.metrics(self.corrected),
             **passes,
             "learning_rate": float(trainer.lr_scheduler.get_last_lr()[0]),
@@ -255,41 +254,51 @@ class GRPOLearner:
             self._old_policy(step)
         return {**self._accumulate(step), **step.stats.metrics(self.corrected)}
 
-    def _prepare(self, batch: dict[str, np.ndarray], micro_batch_size: int | None, max_tokens: int | None) -> _Step:
+    def _prepare(
+        self, batch: dict[str, np.ndarray], micro_batch_size: int | None, max_tokens: int | None
+    ) -> step_inputs.StepInputs:
         """The batch on the device, cut into micro-batches (matched across ranks)."""
         prompt_lengths, completion_lengths = batch["prompt_mask"].sum(axis=1), batch["completion_mask"].sum(axis=1)
         if self.world_size > 1 and not self.packed and max_tokens is not None:
             # Ranks' i-th micro-batches are made up to the same rows, and padded an idle row costs the full
             # width: micro-batches of as many rows as the budget holds at the step's longest sample keep
             # every rank's within the budget.
-            longest = _largest_across_ranks(int((prompt_lengths + completion_lengths).max()), self.device)
+            longest = step_inputs.largest_across_ranks(int((prompt_lengths + completion_lengths).max()), self.device)
             micro_batch_size = min(micro_batch_size or max_tokens, max(1, max_tokens // longest))
             max_tokens = micro_batch_size * longest
         plan = micro_batches.plan(prompt_lengths, completion_lengths, max_tokens, micro_batch_size, self.packed, self._one_row)
         inputs = {key: torch.tensor(value, device=self.device) for key, value in batch.items()}
         # The model's own tokens; a tool's observation tokens (tool_mask 0) are context, not trained on.
-        mask = _loss_mask(inputs)
+        mask = step_inputs.loss_mask(inputs)
         rows, tokens = mask.size(0), mask.sum()
         figures = torch.tensor([rows, len(plan.micro_batches), plan.tokens, plan.slots], dtype=torch.float64, device=self.device)
         chunks = [(members, 0) for members in plan.micro_batches]  # (rows, idle rows to add)
         if self.world_size > 1:
-            rows, tokens, figures = _step_counts(rows, tokens, figures)
-            chunks = _matched_across_ranks(plan.micro_batches, int(figures[:, 1].max()), self.device)
-        step = _Step(inputs, chunks, rows, tokens, figures, importance_sampling.SamplingStats(self.device))
+            rows, tokens, figures = step_inputs.step_counts(rows, tokens, figures)
+            chunks = step_inputs.matched_across_ranks(plan.micro_batches, int(figures[:, 1].max()), self.device)
+        step = step_inputs.StepInputs(inputs, chunks, rows, tokens, figures, importance_sampling.SamplingStats(self.device))
         return step
 
-    def _old_policy(self, step: _Step) -> None:
+    def _old_policy(self, step: step_inputs.StepInputs) -> None:
         """The learner's log-probs of the batch before any update (TRL's `old_per_token_logps`), and the
         engine correction against them, in one no-grad pass over the micro-batches."""
         inputs = step.inputs
         old = torch.zeros_like(inputs["sampling_per_token_logps"])
+        reference = torch.zeros_like(old) if self.config.beta != 0.0 else None  # fixed too: computed once
         with torch.no_grad():
             for members, idle in step.chunks:
-                logps = self._logps(self.model, _micro_batch(inputs, members, idle))
-                old[torch.as_tensor(members, dtype=torch.long, device=self.device), : logps.size(1)] = logps[: len(members)]
+                chunk = step_inputs.micro_batch(inputs, members, idle)
+                rows = torch.as_tensor(members, dtype=torch.long, device=self.device)
+                logps = self._logps(self.model, chunk)
+                old[rows, : logps.size(1)] = logps[: len(members)]
+                if reference is not None:
+                    logps = self._logps(self.trainer.ref_model, chunk)
+                    reference[rows, : logps.size(1)] = logps[: len(members)]
         if self.sharded:
             sharding.reshard(self.model)
         inputs["old_per_token_logps"] = old
+        if reference is not None:
+            inputs["ref_per_token_logps"] = reference
         weights = self._correction(old, inputs, step.stats)
         if weights is not None:
             inputs["importance_sampling_ratio"] = weights
@@ -299,7 +308,7 @@ class GRPOLearner:
     def _correction(self, learner_logps: torch.Tensor, inputs: dict[str, torch.Tensor], stats) -> torch.Tensor | None:
         """TRL's importance-sampling ratio of `inputs`' samples (None when the correction is off), with
         the engines-vs-learner figures added to `stats`."""
-        config, mask = self.config, _loss_mask(inputs)
+        config, mask = self.config, step_inputs.loss_mask(inputs)
         weights = None
         if self.corrected:
             weights = importance_sampling.ratio(
@@ -314,7 +323,7 @@ class GRPOLearner:
         stats.add(learner_logps, inputs["sampling_per_token_logps"], mask, weights, real_rows)
         return weights
 
-    def _accumulate(self, step: _Step) -> dict[str, float]:
+    def _accumulate(self, step: step_inputs.StepInputs) -> dict[str, float]:
         """One backward pass over the step's micro-batches; no optimizer step."""
         start = time.perf_counter()
         self.model.train()
@@ -322,15 +331,15 @@ class GRPOLearner:
         own_pass = "old_per_token_logps" not in step.inputs
         loss_sum = torch.zeros((), device=self.device)  # summed on the device: reading it would wait for a GPU
         for index, (members, idle) in enumerate(step.chunks):
-            chunk = _micro_batch(step.inputs, members, idle)
-            chunk_mask = _loss_mask(chunk)
-            if self.config.beta != 0.0:
+            chunk = step_inputs.micro_batch(step.inputs, members, idle)
+            chunk_mask = step_inputs.loss_mask(chunk)
+            if self.config.beta != 0.0 and "ref_per_token_logps" not in chunk:
                 with torch.no_grad():
                     chunk["ref_per_token_logps"] = self._logps(self.trainer.ref_model, chunk)
             # TRL's token-level losses (dapo, cispo) divide by this: the whole step's token count, so
             # micro-batch losses add up to the step's loss.
             chunk["num_items_in_batch"] = step.tokens
-            trl_inputs = _trl_inputs(chunk)
+            trl_inputs = step_inputs.trl_inputs(chunk)
             if own_pass:  # TRL's loss reads the ratio after its forward pass, which computes the old log-probs
                 self._after_loss_pass = lambda logps, trl_inputs=trl_inputs, chunk=chunk: _put_ratio(
                     trl_inputs, self._correction(logps, chunk, step.stats)
@@ -348,21 +357,24 @@ class GRPOLearner:
         if own_pass and self.world_size > 1:
             step.stats.all_reduce()
         if self.world_size > 1:
-            loss_sum = _step_loss(loss_sum, self.world_size)
-        return {"loss": float(loss_sum), **_micro_batch_metrics(step.figures.reshape(-1, 4), time.perf_counter() - start)}
+            loss_sum = step_inputs.step_loss(loss_sum, self.world_size)
+        return {
+            "loss": float(loss_sum),
+            **step_inputs.micro_batch_metrics(step.figures.reshape(-1, 4), time.perf_counter() - start),
+        }
 
     def _share(self, chunk_mask: torch.Tensor, rows: int, tokens: torch.Tensor) -> float:
         """The weight of one micro-batch's TRL loss in the step's loss, so that the weighted sum equals
         TRL's loss on the whole step (TRL's own accumulation divides by a fixed step count, exact only
-        for equal micro-batches). dapo/cispo already divide by the step's token count; bnpo is a token
-        mean over the micro-batch; grpo, sapo and dr_grpo are means over its samples.
+        for equal micro-batches). dapo, cispo and vespo already divide by the step's token count; bnpo is a
+        token mean over the micro-batch; grpo, sapo, dr_grpo and luspo are means over its samples.
 
         With several ranks, `rows` and `tokens` count the whole step, and the weight is multiplied by the
         number of ranks because DDP averages the ranks' gradients (TRL does the same for dapo/cispo by
         dividing their token count by it); padding rows count in the micro-batch's samples, as TRL's
         mean counts them, but carry no loss."""
         loss_type = self.config.loss_type
-        if loss_type in ("dapo", "cispo"):
+        if loss_type in ("dapo", "cispo", "vespo"):
             return 1.0
         if loss_type == "bnpo":
             return float(chunk_mask.sum()) * self.world_size / max(1.0, float(tokens))
@@ -425,134 +437,16 @@ class GRPOLearner:
         return {"optimizer": self.optimizer.state_dict()}
 
 
-@dataclasses.dataclass
-class _Step:
-    """One batch on the device, cut into micro-batches; `rows` and `tokens` count the whole step (every rank)."""
-
-    inputs: dict[str, torch.Tensor]
-    chunks: list[tuple[np.ndarray, int]]  # (rows, idle rows to add) of each micro-batch
-    rows: int
-    tokens: torch.Tensor
-    figures: torch.Tensor  # each rank's (rows, micro-batches, tokens, token slots)
-    stats: importance_sampling.SamplingStats
-
-
-# Tensors whose second dimension is the prompt (left-padded) or the completion (right-padded; the
-# importance ratio is `[rows, 1]` in the sequence modes, and slicing leaves it so).
-_PROMPT_KEYS = ("prompt_ids", "prompt_mask")
-_COMPLETION_KEYS = (
-    "completion_ids",
-    "completion_mask",
-    "sampling_per_token_logps",
-    "old_per_token_logps",
-    "importance_sampling_ratio",
-    "tool_mask",
-)
-
-
-def _loss_mask(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The tokens the loss covers: the model's own (`tool_mask`), of real rows (`loss_rows`)."""
-    mask = inputs["completion_mask"]
-    if "tool_mask" in inputs:
-        mask = mask * inputs["tool_mask"]
-    return mask * inputs["loss_rows"][:, None] if "loss_rows" in inputs else mask
-
-
-def _trl_inputs(chunk: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The micro-batch as TRL's `compute_loss` takes it: TRL knows one loss mask besides the completion
-    mask, `tool_mask`, so a padding row (`loss_rows` 0) reaches it as a row of tool tokens."""
-    if "loss_rows" not in chunk:
-        return chunk
-    inputs = {key: value for key, value in chunk.items() if key != "loss_rows"}
-    tool_mask = inputs.get("tool_mask", torch.ones_like(inputs["completion_mask"]))
-    inputs["tool_mask"] = tool_mask * chunk["loss_rows"][:, None]
-    return inputs
-
-
-def _step_counts(rows: int, tokens: torch.Tensor, figures: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:
-    """(samples, loss tokens) of the whole step across ranks, and every rank's micro-batch `figures`."""
-    import torch.distributed as dist
-
-    everyone = [torch.empty_like(tokens) for _ in range(dist.get_world_size())]
-    dist.all_gather(everyone, tokens)
-    table = [torch.empty_like(figures) for _ in range(dist.get_world_size())]
-    dist.all_gather(table, figures)
-    table = torch.stack(table)
-    return int(table[:, 0].sum()), torch.stack(everyone).sum(), table
-
-
-def _largest_across_ranks(value: int, device) -> int:
-    import torch.distributed as dist
-
-    largest = torch.tensor(value, dtype=torch.int64, device=device)
-    dist.all_reduce(largest, op=dist.ReduceOp.MAX)
-    return int(largest)
-
-
-def _micro_batch_metrics(figures: torch.Tensor, seconds: float) -> dict[str, float]:
-    """The learner's figures from each rank's (rows, micro-batches, tokens, token slots)."""
-    tokens, slots = float(figures[:, 2].sum()), float(figures[:, 3].sum())
-    return {
-        "learner/micro_batches": float(figures[:, 1].max()),
-        "learner/pad_fraction": 1.0 - tokens / slots if slots else 0.0,
-        "learner/tokens_per_s": tokens / seconds,
-        # The busiest rank's tokens over the mean: the others wait for it at every collective.
-        "learner/rank_imbalance": float(figures[:, 2].max()) / max(1.0, float(figures[:, 2].mean())),
-    }
-
-
-def _step_loss(loss_sum: torch.Tensor, world_size: int) -> torch.Tensor:
-    """This step's loss over all ranks (each rank's loss carries the DDP factor)."""
-    import torch.distributed as dist
-
-    dist.all_reduce(loss_sum)
-    return loss_sum / world_size
+def _mean_over(updates: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's mean over the step's updates (NaN and a missing value left out)."""
+    names = dict.fromkeys(name for update in updates for name in update)
+    means = {}
+    for name in names:
+        values = [update[name] for update in updates if name in update and not np.isnan(update[name])]
+        means[name] = float(np.mean(values)) if values else float("nan")
+    return means
 
 
 def _put_ratio(trl_inputs: dict[str, torch.Tensor], weights: torch.Tensor | None) -> None:
     if weights is not None:
         trl_inputs["importance_sampling_ratio"] = weights
-
-
-def _matched_across_ranks(micro_batches: list[np.ndarray], count: int, device) -> list[tuple[np.ndarray, int]]:
-    """(rows, idle rows to add) for each of `count` micro-batches, so that every rank's i-th micro-batch
-    has as many rows as the largest i-th of any rank. DDP and TRL's logged metrics make collective calls
-    in each micro-batch, and TRL's gather one value per row: the calls and their sizes must match."""
-    import torch.distributed as dist
-
-    sizes = torch.zeros(count, dtype=torch.int64, device=device)
-    sizes[: len(micro_batches)] = torch.tensor([len(members) for members in micro_batches], dtype=torch.int64)
-    everyone = [torch.empty_like(sizes) for _ in range(dist.get_world_size())]
-    dist.all_gather(everyone, sizes)
-    widest = torch.stack(everyone).max(dim=0).values.tolist()
-    empty = np.zeros(0, dtype=np.int64)
-    members = list(micro_batches) + [empty] * (count - len(micro_batches))
-    return [(rows, int(wide) - len(rows)) for rows, wide in zip(members, widest)]
-
-
-def _micro_batch(inputs: dict[str, torch.Tensor], rows: np.ndarray, idle: int = 0) -> dict[str, torch.Tensor]:
-    """The micro-batch of `rows`, without the columns none of its samples reach (prompts are left-padded
-    and completions right-padded; attention is causal), plus `idle` rows that carry no loss (`loss_rows`
-    0) and cost two tokens each: one of prompt, one of completion."""
-    device = inputs["completion_mask"].device
-    chunk = {key: value.index_select(0, torch.as_tensor(rows, dtype=torch.long, device=device)) for key, value in inputs.items()}
-    if idle:
-        template = {key: value[:1].expand(idle, *value.shape[1:]).clone() for key, value in inputs.items()}
-        template["prompt_mask"].zero_()
-        template["prompt_mask"][:, -1] = 1
-        template["completion_mask"].zero_()
-        template["completion_mask"][:, 0] = 1
-        template["sampling_per_token_logps"].zero_()
-        template["advantages"].zero_()
-        real_rows = chunk.pop("loss_rows", torch.ones(len(rows), dtype=template["completion_mask"].dtype, device=device))
-        template.pop("loss_rows", None)
-        chunk = {key: torch.cat([chunk[key], template[key]]) for key in chunk}
-        chunk["loss_rows"] = torch.cat([real_rows, torch.zeros(idle, dtype=real_rows.dtype, device=device)])
-    prompt_width = max(1, int(chunk["prompt_mask"].sum(dim=1).max()))
-    completion_width = max(1, int(chunk["completion_mask"].sum(dim=1).max()))
-    for key in _PROMPT_KEYS:
-        chunk[key] = chunk[key][:, -prompt_width:]
-    for key in _COMPLETION_KEYS:
-        if key in chunk:
-            chunk[key] = chunk[key][:, :completion_width]
-    return chunk

@@ -27,6 +27,9 @@ def test_joined_records_and_taken_rows_keep_each_sample_whole():
 
 def test_the_parquet_says_which_samples_were_not_trained_on():
     samples = StepSamples.concat([_record(10), _record(20)])
-    assert rollout_table(samples, step=1).column("filtered").to_pylist() == [False] * 4
+    assert "filtered" not in rollout_table(samples, step=1).column_names  # no dynamic sampling: all trained on
     samples.filtered = np.array([False, False, True, True])
-    assert rollout_table(samples, step=1).column("filtered").to_pylist() == [False, False, True, True]
+    samples.advantage = np.array([0.5, -0.5, np.nan, np.nan])
+    table = rollout_table(samples, step=1)
+    assert table.column("filtered").to_pylist() == [False, False, True, True]
+    assert table.column("advantage").to_pylist() == [0.5, -0.5, None, None]

@@ -14,6 +14,7 @@ import pytest
 from orchestrator.config.base import ConfigError
 from orchestrator.config.loading import load_config
 from orchestrator.config.train import TrainConfig
+from orchestrator.rollout.samples import StepSamples
 from orchestrator.training import dynamic_sampling
 from tests.orchestrator.training.short_run import ARGS
 
@@ -33,6 +34,53 @@ def test_extra_rounds_ask_for_the_missing_groups_at_the_rate_seen():
     assert dynamic_sampling.extra_groups(missing=1, kept=3, generated=4, prompts_per_step=4) == 2
     assert dynamic_sampling.extra_groups(missing=4, kept=0, generated=4, prompts_per_step=4) == 4
     assert dynamic_sampling.extra_groups(missing=3, kept=1, generated=8, prompts_per_step=4) == 4  # at most a step
+
+
+class _Scored:
+    def __init__(self, rewards):
+        self._rewards = rewards
+
+    def scores(self):
+        return {"reward": self._rewards, "reward_errors": 0}
+
+
+def _groups(first: int, rewards: list[list[float]]):
+    """Groups `first`, `first + 1`, ... of two samples, scored `rewards` (one pair per group)."""
+    count = len(rewards)
+    samples = StepSamples.from_tokens([[1]] * 2 * count, [[2]] * 2 * count, [[-0.1]] * 2 * count)
+    samples.group_id = np.repeat(np.arange(first, first + count), 2)
+    return samples, _Scored([value for pair in rewards for value in pair])
+
+
+def test_rounds_fill_the_step_and_a_short_one_is_topped_up_for_every_rank():
+    stream = iter([[[0, 1], [1, 1], [0, 0], [1, 0]], [[0, 1], [1, 0]]])  # what the next rounds score
+    asked = []
+
+    def generate(count):
+        asked.append(count)
+        rewards = next(stream)[:count]
+        return _groups(100 * len(asked), rewards)
+
+    first, scored = _groups(0, [[1, 1], [0, 1], [0, 0], [1, 1]])  # one informative group of 4
+    first.set_scores(scored.scores())
+    filled = dynamic_sampling.fill(first, 0, generate, prompts_per_step=4, max_rounds=3)
+    assert asked == [4, 3]  # 3 missing at 1 in 4 seen (at most a step's worth), then 1 missing at 3 in 8
+    trained = dict.fromkeys(filled.samples.group_id[~filled.samples.filtered].tolist())
+    assert list(trained) == [1, 100, 103, 200]  # the first four informative groups, in stream order
+    assert filled.figures == {
+        "dynamic_sampling/rounds": 2,
+        "dynamic_sampling/groups_generated": 10,
+        "dynamic_sampling/groups_filtered": 5,  # 0, 2, 3, 101, 102
+        "dynamic_sampling/groups_surplus": 1,  # 201
+        "dynamic_sampling/short_steps": 0,
+    }
+
+    # Nothing informative at all, two learner ranks: the first two groups, so each rank has one.
+    flat, scored = _groups(0, [[1, 1], [0, 0]])
+    flat.set_scores(scored.scores())
+    filled = dynamic_sampling.fill(flat, 0, lambda count: _groups(50, [[1, 1]] * count), 2, max_rounds=1, at_least=2)
+    assert np.unique(filled.samples.group_id[~filled.samples.filtered]).tolist() == [0, 1]
+    assert filled.figures["dynamic_sampling/short_steps"] == 1 and filled.informative == 0
 
 
 def test_dynamic_sampling_with_a_batch_generated_ahead_is_refused(tmp_path):

@@ -150,10 +150,18 @@ def test_off_policy_mask_and_no_correction_equal_trls(tiny):
         assert ("sampling/importance_sampling_ratio/mean" in metrics) == learner.corrected
 
 
-def test_two_updates_per_step_follow_trls_num_iterations(tiny):
-    """num_iterations 2: both updates clip against the log-probs from before the first (TRL's mu)."""
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_two_updates_per_step_follow_trls_num_iterations(tiny, beta):
+    """num_iterations 2: both updates clip against the log-probs from before the first (TRL's mu), and
+    with a KL term both use the reference log-probs computed once."""
     config = TrainConfig(
-        num_generations=SIZE, prompts_per_step=GROUPS, max_steps=1, num_iterations=2, learning_rate=3e-2, epsilon=0.05
+        num_generations=SIZE,
+        prompts_per_step=GROUPS,
+        max_steps=1,
+        num_iterations=2,
+        learning_rate=3e-2,
+        epsilon=0.05,
+        beta=beta,
     )
     learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
     samples = _samples(learner, tiny, seed=4)
