@@ -88,9 +88,8 @@ class TrainConfig(GRPOSettings):
         ge=0,
         le=1,
         description="0: on-policy (generate only with the current weights). 1: generate step t+1 while the "
-        "learner trains step t; no trained sample is more than one policy version old. Samples of older weights "
-        "are weighed by the importance-sampling correction against the engines' logprobs "
-        "(vllm_importance_sampling_correction).",
+        "learner trains step t; no trained sample is more than one policy version old. A sample of older weights "
+        "is clipped against the engines' logprobs (the policy that drew it), as PPO does.",
     )
     dynamic_sampling: bool = Field(
         False,

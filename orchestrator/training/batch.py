@@ -8,7 +8,8 @@ own. Token ids come straight from the engines: nothing is re-tokenised.
 
 With `mask_truncated` (TRL's `mask_truncated_completions`), samples cut off at the completion budget
 (finish reason "length") get `loss_rows` 0: generated, rewarded, in the group's advantages, but left
-out of the loss.
+out of the loss. Given the learner's policy version, samples of an older one (async mode) are marked
+`stale_rows`: the learner clips them against the engines' log-probs (workers/learner/grpo.py).
 
 Multi-turn samples also carry TRL's `tool_mask` (1: the model's token, 0: a tool's observation
 token): observation tokens stay in the completion mask, so the model attends to them, but TRL
@@ -23,7 +24,11 @@ from orchestrator.rollout.samples import StepSamples
 
 
 def learner_batch(
-    samples: StepSamples, advantages: np.ndarray, pad_token_id: int, mask_truncated: bool = False
+    samples: StepSamples,
+    advantages: np.ndarray,
+    pad_token_id: int,
+    mask_truncated: bool = False,
+    learner_version: int | None = None,
 ) -> dict[str, np.ndarray]:
     for name, column in (("logprobs", samples.logprobs), ("tool_mask", samples.tool_mask)):
         wrong = np.flatnonzero(column.lengths != samples.completion_ids.lengths)
@@ -49,4 +54,6 @@ def learner_batch(
         batch["tool_mask"], _ = samples.tool_mask.padded(completion_width, 1, np.int64)
     if mask_truncated:
         batch["loss_rows"] = (samples.finish_reason != "length").astype(np.int64)
+    if learner_version is not None and (samples.policy_version < learner_version).any():
+        batch["stale_rows"] = (samples.policy_version < learner_version).astype(np.int64)
     return batch

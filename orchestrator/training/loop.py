@@ -228,7 +228,11 @@ class GRPORun:
         scored = time.perf_counter()
 
         batch = learner_batch(
-            trained, trained.advantage, self.parts.tokenizer.pad_token_id, self.config.mask_truncated_completions
+            trained,
+            trained.advantage,
+            self.parts.tokenizer.pad_token_id,
+            self.config.mask_truncated_completions,
+            learner_version=self.weights.version,
         )
         learner_metrics = self.parts.learner.train_step(batch, trained.group_id)
         learned = time.perf_counter()

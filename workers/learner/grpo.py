@@ -11,6 +11,10 @@ weighted by TRL's importance-sampling correction against it (importance_sampling
 per step (`num_iterations` 1) the old log-probs are exactly those of the loss's own forward pass (the
 weights have not moved yet), so they cost no pass of their own: the correction is computed from that
 pass, before TRL's loss reads it. With more updates, one no-grad pass computes them first.
+Samples of an older policy version than the learner's (async mode: `stale_rows`) are the exception:
+their old log-probs are the engines' (PPO's clip then bounds the update against the policy that drew
+them, and no engine correction applies), since one version's drift is far beyond what the correction's
+weights can carry (the async run collapsed with them).
 
 A step goes through forward and backward in micro-batches formed by length under
 `learner.max_tokens_per_micro_batch` (micro_batches.py), accumulating gradients into one optimizer
@@ -296,20 +300,22 @@ class GRPOLearner:
                     reference[rows, : logps.size(1)] = logps[: len(members)]
         if self.sharded:
             sharding.reshard(self.model)
-        inputs["old_per_token_logps"] = old
         if reference is not None:
             inputs["ref_per_token_logps"] = reference
-        weights = self._correction(old, inputs, step.stats)
+        behaviour, weights = self._correction(old, inputs, step.stats)
+        inputs["old_per_token_logps"] = old if behaviour is None else behaviour
         if weights is not None:
             inputs["importance_sampling_ratio"] = weights
         if self.world_size > 1:
             step.stats.all_reduce()
 
-    def _correction(self, learner_logps: torch.Tensor, inputs: dict[str, torch.Tensor], stats) -> torch.Tensor | None:
-        """TRL's importance-sampling ratio of `inputs`' samples (None when the correction is off), with
-        the engines-vs-learner figures added to `stats`."""
+    def _correction(self, learner_logps: torch.Tensor, inputs: dict[str, torch.Tensor], stats):
+        """(old log-probs, TRL's importance-sampling ratio) of `inputs`' samples, with the engines-vs-learner
+        figures added to `stats`. The old log-probs are None when they are the learner's own (no stale
+        row); a stale row's are the engines', with ratio 1. The ratio is None when the correction is off."""
         config, mask = self.config, step_inputs.loss_mask(inputs)
-        weights = None
+        stale = inputs.get("stale_rows")
+        weights, behaviour = None, None
         if self.corrected:
             weights = importance_sampling.ratio(
                 learner_logps,
@@ -319,9 +325,14 @@ class GRPOLearner:
                 config.vllm_importance_sampling_clip_min,
                 config.vllm_importance_sampling_clip_max,
             )
+        if stale is not None:
+            stale = stale.bool()[:, None]
+            behaviour = torch.where(stale, inputs["sampling_per_token_logps"], learner_logps)
+            if weights is not None:
+                weights = weights.masked_fill(stale, 1.0)
         real_rows = inputs.get("loss_rows", torch.ones_like(mask[:, 0]))
         stats.add(learner_logps, inputs["sampling_per_token_logps"], mask, weights, real_rows)
-        return weights
+        return behaviour, weights
 
     def _accumulate(self, step: step_inputs.StepInputs) -> dict[str, float]:
         """One backward pass over the step's micro-batches; no optimizer step."""
@@ -341,8 +352,8 @@ class GRPOLearner:
             chunk["num_items_in_batch"] = step.tokens
             trl_inputs = step_inputs.trl_inputs(chunk)
             if own_pass:  # TRL's loss reads the ratio after its forward pass, which computes the old log-probs
-                self._after_loss_pass = lambda logps, trl_inputs=trl_inputs, chunk=chunk: _put_ratio(
-                    trl_inputs, self._correction(logps, chunk, step.stats)
+                self._after_loss_pass = lambda logps, trl_inputs=trl_inputs, chunk=chunk: _put_old_policy(
+                    trl_inputs, *self._correction(logps, chunk, step.stats)
                 )
             last = index == len(step.chunks) - 1
             # Under DDP only the last micro-batch should all-reduce gradients. Sharded, every micro-batch
@@ -447,6 +458,10 @@ def _mean_over(updates: list[dict[str, float]]) -> dict[str, float]:
     return means
 
 
-def _put_ratio(trl_inputs: dict[str, torch.Tensor], weights: torch.Tensor | None) -> None:
+def _put_old_policy(trl_inputs: dict[str, torch.Tensor], behaviour, weights) -> None:
+    """What TRL's loss reads after its forward pass: the old log-probs when they are not that pass's
+    own, and the correction's ratio."""
+    if behaviour is not None:
+        trl_inputs["old_per_token_logps"] = behaviour
     if weights is not None:
         trl_inputs["importance_sampling_ratio"] = weights

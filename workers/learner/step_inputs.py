@@ -50,12 +50,14 @@ def loss_mask(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def trl_inputs(chunk: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The micro-batch as TRL's `compute_loss` takes it: TRL knows one loss mask besides the completion
-    mask, `tool_mask`, so a padding row (`loss_rows` 0) reaches it as a row of tool tokens."""
-    if "loss_rows" not in chunk:
+    mask, `tool_mask`, so a padding row (`loss_rows` 0) reaches it as a row of tool tokens; `stale_rows`
+    is the learner's own."""
+    if "loss_rows" not in chunk and "stale_rows" not in chunk:
         return chunk
-    inputs = {key: value for key, value in chunk.items() if key != "loss_rows"}
-    tool_mask = inputs.get("tool_mask", torch.ones_like(inputs["completion_mask"]))
-    inputs["tool_mask"] = tool_mask * chunk["loss_rows"][:, None]
+    inputs = {key: value for key, value in chunk.items() if key not in ("loss_rows", "stale_rows")}
+    if "loss_rows" in chunk:
+        tool_mask = inputs.get("tool_mask", torch.ones_like(inputs["completion_mask"]))
+        inputs["tool_mask"] = tool_mask * chunk["loss_rows"][:, None]
     return inputs
 
 

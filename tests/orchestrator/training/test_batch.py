@@ -56,3 +56,10 @@ def test_mask_truncated_completions_leaves_cut_off_samples_out_of_the_loss():
     batch = learner_batch(samples, np.array([1.0, -1.0]), PAD, mask_truncated=True)
     assert batch["loss_rows"].tolist() == [1, 0]
     assert batch["completion_mask"].tolist() == [[1, 1], [1, 1]]  # still attended, as TRL's tool tokens are
+
+
+def test_samples_of_an_older_policy_are_marked_stale():
+    samples = _samples(([5], [11, 2], [-0.1, -0.2], None), ([6], [13, 2], [-0.4, -0.5], None))
+    samples.policy_version = np.array([3, 2])
+    assert "stale_rows" not in learner_batch(samples, np.array([1.0, -1.0]), PAD, learner_version=2)
+    assert learner_batch(samples, np.array([1.0, -1.0]), PAD, learner_version=3)["stale_rows"].tolist() == [0, 1]

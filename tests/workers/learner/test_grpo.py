@@ -248,3 +248,36 @@ def test_a_masked_truncated_completion_adds_nothing_to_the_step(tiny):
     alone, without_grads = _gradients(learner, without, packed=True)
     assert max(float((masked_grads[name] - without_grads[name]).abs().max()) for name in masked_grads) <= 1e-5
     assert with_row["loss"] == pytest.approx(alone["loss"], abs=1e-6)
+
+
+def test_stale_samples_are_clipped_against_the_engines_log_probs(tiny):
+    """Async mode: a sample of an older policy has the engines' log-probs as its old ones (PPO's clip
+    against the policy that drew it) and no engine correction; a current one keeps the learner's own."""
+    config = TrainConfig(num_generations=2, prompts_per_step=5, max_steps=1)
+    learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    batch = _uneven_batch(learner)
+    stale = np.array([1, 1, 0, 0, 1, 1, 0, 0, 1, 1])
+    marked, marked_grads = _gradients(learner, {**batch, "stale_rows": stale}, max_tokens=40, packed=True)
+    # The same step spelled out: old log-probs given (the engines' where stale), ratio 1 where stale.
+    rows = len(stale)
+    with torch.no_grad():
+        own = learner._logps(learner.model, {key: torch.tensor(value) for key, value in batch.items()}).numpy()
+    from workers.learner import importance_sampling
+
+    ratio = importance_sampling.ratio(
+        torch.tensor(own),
+        torch.tensor(batch["sampling_per_token_logps"]),
+        torch.tensor(batch["completion_mask"]),
+        "sequence_mask",
+        None,
+        3.0,
+    ).numpy()
+    spelled = {
+        **batch,
+        "old_per_token_logps": np.where(stale[:, None] == 1, batch["sampling_per_token_logps"], own),
+        "importance_sampling_ratio": np.where(stale[:, None] == 1, 1.0, ratio).astype(np.float32).reshape(rows, 1),
+    }
+    _, spelled_grads = _gradients(learner, spelled, max_tokens=40, packed=True)
+    largest = max(float(grad.abs().max()) for grad in spelled_grads.values())
+    assert max(float((marked_grads[n] - spelled_grads[n]).abs().max()) for n in marked_grads) <= 1e-5 * max(1.0, largest)
+    assert marked["sampling/importance_sampling_ratio/min"] < 1.0  # the current rows are still corrected
