@@ -129,8 +129,9 @@ class GRPOSettings(StrictModel):
     vllm_importance_sampling_correction: bool = Field(
         True,
         description="Weight each token's loss by the learner's probability over the engines' (importance sampling), "
-        "correcting for engines that sample in another dtype, with top_p/top_k, or from older weights. false: the "
-        "samples are trained as if the learner had drawn them.",
+        "correcting for engines that sample in another dtype or with top_p/top_k. false: the samples are trained as "
+        "if the learner had drawn them. Either way a sample of older weights (max_staleness) is clipped against the "
+        "engines' log-probs instead.",
     )
     vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = Field(
         "sequence_mask",

@@ -17,7 +17,8 @@ six things it needs have no public form in TRL 1.16:
   it relies on how TRL uses it inside `compute_loss` (`weight_micro_batches_ourselves`).
 - `use_vllm`: TRL's loss multiplies by `inputs["importance_sampling_ratio"]` only when the trainer
   generates with vLLM itself (`correct_sampling` turns that on without TRL's vLLM client). The
-  learner relies on `_compute_loss` reading that ratio only after its forward pass.
+  learner relies on `_compute_loss` reading that ratio, and `old_per_token_logps`, only after its
+  forward pass.
 - `_metrics`, where `compute_loss` appends its figures (clip fractions, entropy, KL), each call one
   more value, for `log` to average (`take_loss_metrics`).
 

@@ -77,13 +77,15 @@ def test_micro_batches_weighted_by_the_learner_turn_trls_division_off():
 
 
 def test_trls_loss_reads_the_ratio_after_its_forward_pass_and_only_when_generating_with_vllm():
-    """The learner puts `importance_sampling_ratio` into the inputs during `_compute_loss`'s forward pass."""
+    """The learner puts `importance_sampling_ratio` (and a stale row's old log-probs) into the inputs
+    during `_compute_loss`'s forward pass."""
     from trl import GRPOTrainer
 
     source = inspect.getsource(GRPOTrainer._compute_loss)
     forward = source.index("self._get_per_token_logps_and_entropies(")
     ratio = source.index('inputs["importance_sampling_ratio"]')
-    assert forward < ratio
+    old = source.index('inputs.get("old_per_token_logps")')
+    assert forward < ratio and forward < old
     assert "if self.use_vllm and self.vllm_importance_sampling_correction" in source
     assert 'self._metrics[mode]["clip_ratio/region_mean"].append(' in source
 
