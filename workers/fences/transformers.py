@@ -13,7 +13,7 @@ only after re-reading `_attn_implementation` and `find_packed_sequence_indices` 
 
 from __future__ import annotations
 
-import re
+from workers.fences import releases
 
 # pyproject.toml: transformers>=5.19,<5.20 (deploy/constraints/*.txt: transformers==5.19.0).
 PINNED = "5.19"
@@ -25,13 +25,9 @@ def check_version(installed: str | None = None) -> None:
         import transformers
 
         installed = transformers.__version__
-    if not re.fullmatch(re.escape(PINNED) + r"\.\d+", installed.partition("+")[0]):
-        raise RuntimeError(
-            f"transformers {installed} is installed, but workers/fences/transformers.py uses private code of "
-            f"transformers {PINNED}.x (pyproject.toml pins transformers>={PINNED},<5.20): install transformers "
-            f"{PINNED}.x (deploy/constraints/), or re-check `_attn_implementation` and packed-sequence detection "
-            "in the new release and move the pin"
-        )
+    releases.check_series(
+        "transformers", installed, PINNED, "5.20", "`_attn_implementation` and packed-sequence detection in the new release"
+    )
 
 
 def attention_implementation(model) -> str | None:

@@ -30,9 +30,10 @@ these names in the new release's `trl/trainer/grpo_trainer.py`.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from workers.fences import releases
 
 if TYPE_CHECKING:
     import torch
@@ -48,14 +49,14 @@ def check_version(installed: str | None = None) -> None:
         import trl
 
         installed = trl.__version__
-    if not re.fullmatch(re.escape(PINNED) + r"\.\d+", installed.partition("+")[0]):
-        raise RuntimeError(
-            f"trl {installed} is installed, but workers/fences/trl.py uses private code of trl {PINNED}.x "
-            f"(pyproject.toml pins trl>={PINNED},<1.17): install trl {PINNED}.x (deploy/constraints/), or re-check "
-            "`_get_per_token_logps_and_entropies`, the fused LM head, `current_gradient_accumulation_steps`, `use_vllm` and "
-            "`_metrics` in the new "
-            "trl/trainer/grpo_trainer.py and move the pin"
-        )
+    releases.check_series(
+        "trl",
+        installed,
+        PINNED,
+        "1.17",
+        "`_get_per_token_logps_and_entropies`, the fused LM head, `current_gradient_accumulation_steps`, `use_vllm` "
+        "and `_metrics` in the new trl/trainer/grpo_trainer.py",
+    )
 
 
 def route_per_token_logps(trainer, route: Callable) -> None:
