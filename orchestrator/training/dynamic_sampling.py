@@ -48,7 +48,7 @@ def fill(
     (zero advantage) to `at_least` groups: one per learner rank."""
     parts, rounds, generate_s = [samples], 0, 0.0
     kept = count_groups(samples.group_id, informative(samples.reward, samples.group_id))
-    generated = count_groups(samples.group_id, np.ones(len(samples), dtype=bool))
+    generated = len(np.unique(samples.group_id))
     while kept < prompts_per_step and rounds < max_rounds:
         rounds += 1
         began = time.perf_counter()
@@ -58,14 +58,15 @@ def fill(
         more.set_scores(scores)
         reward_errors += scores["reward_errors"]
         parts.append(more)
-        generated += count_groups(more.group_id, np.ones(len(more), dtype=bool))
+        generated += len(np.unique(more.group_id))
         kept += count_groups(more.group_id, informative(more.reward, more.group_id))
     everything = StepSamples.concat(parts)
     differ = informative(everything.reward, everything.group_id)
     chosen = trained(everything.reward, everything.group_id, prompts_per_step)
     short = count_groups(everything.group_id, chosen) < at_least
     if short:  # the first groups not chosen, in stream order, until every rank has one
-        spare = [group for group in dict.fromkeys(everything.group_id.tolist()) if group not in set(everything.group_id[chosen])]
+        taken = set(everything.group_id[chosen].tolist())
+        spare = [group for group in dict.fromkeys(everything.group_id.tolist()) if group not in taken]
         chosen |= np.isin(everything.group_id, spare[: at_least - count_groups(everything.group_id, chosen)])
     everything.filtered = ~chosen
     figures = {
