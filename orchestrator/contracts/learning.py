@@ -119,6 +119,16 @@ class GRPOSettings(StrictModel):
         "computes the old log-probs before the first, and each update clips its ratio against them. A step here "
         "is one generation round, so the learning-rate schedule runs over max_steps x num_iterations updates.",
     )
+    steps_per_generation: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Optimizer updates per generation round, each on its own part of the round's samples (TRL's "
+        "steps_per_generation: the batch is shuffled and split into this many parts, and every update clips against "
+        "the log-probs from before the first). TRL counts gradient-accumulation steps in it; micro-batches are "
+        "formed by tokens here, so TRL's steps_per_generation / gradient_accumulation_steps is the value to set. "
+        "With num_iterations, the parts are gone through num_iterations times.",
+    )
     mask_truncated_completions: bool = Field(
         False, description="Leave completions cut off at max_completion_length (no EOS or stop) out of the loss."
     )
@@ -160,6 +170,19 @@ class GRPOSettings(StrictModel):
             raise ValueError(
                 f"learner.workers ({self.learner.workers}) is more than prompts_per_step ({self.prompts_per_step}): "
                 "each learner worker trains on whole groups, so lower learner.workers or raise prompts_per_step"
+            )
+        # Each rank splits its own share (whole groups, one at least) into the round's parts, as TRL splits
+        # each process's generation batch; every part needs a sample on every rank.
+        smallest_share = self.samples_per_step if self.learner.workers == 1 else self.num_generations
+        if self.steps_per_generation > smallest_share:
+            raise ValueError(
+                f"steps_per_generation ({self.steps_per_generation}) is more than the "
+                + (
+                    f"samples of a step ({smallest_share})"
+                    if self.learner.workers == 1
+                    else f"samples of a group ({smallest_share}), the least a learner worker can get"
+                )
+                + ": every update needs a sample on every learner worker; lower steps_per_generation"
             )
         if self.learner.fsdp and self.learner.workers == 1:
             raise ValueError("learner.fsdp shards the model over learner workers: set learner.workers to 2 or more")

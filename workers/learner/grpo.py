@@ -68,7 +68,8 @@ class GRPOLearner:
             )
         torch.manual_seed(config.seed)
         self.config = config
-        self.updates = config.max_steps * config.num_iterations  # optimizer steps, for the schedule
+        # Optimizer steps, for the schedule: each round's parts, num_iterations times.
+        self.updates = config.max_steps * config.num_iterations * config.steps_per_generation
         self._scratch = tempfile.TemporaryDirectory(prefix="grpo-learner-")
         self.tokenizer = load_tokenizer(tokenizer, config.added_tokens, chat_template=config.chat_template)
         model = load_model(model, self.tokenizer, resize=bool(config.added_tokens))
@@ -85,6 +86,7 @@ class GRPOLearner:
             epsilon=config.epsilon,
             epsilon_high=config.epsilon_high,
             delta=config.delta,
+            steps_per_generation=config.steps_per_generation,  # TRL's token-level losses divide by it
             loss_type=config.loss_type,
             importance_sampling_level=config.importance_sampling_level,
             top_entropy_quantile=config.top_entropy_quantile,
@@ -214,34 +216,56 @@ class GRPOLearner:
         return self.trainer.accelerator.device
 
     def train_step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
-        """`num_iterations` optimizer steps on one batch (one generation round); returns the round's
-        learner metrics (losses, gradient norms and TRL's loss figures averaged over its updates)."""
+        """One generation round: its batch shuffled into `steps_per_generation` parts, an optimizer step
+        on each, and all of that `num_iterations` times (TRL's order); returns the round's learner metrics
+        (losses, gradient norms and TRL's loss figures averaged over its updates)."""
         start = time.perf_counter()
         trainer = self.trainer
-        learner = self.config.learner
-        step = self._prepare(batch, learner.micro_batch_size, learner.max_tokens_per_micro_batch)
+        parts = self._round(batch)
         passes = {}
-        if self.config.num_iterations > 1:
+        if len(parts) > 1 or self.config.num_iterations > 1:
             began = time.perf_counter()
-            self._old_policy(step)
+            for part in parts:
+                self._old_policy(part)
+            if self.world_size > 1:
+                parts[0].stats.all_reduce()
             passes["time/old_logps"] = time.perf_counter() - began
         updates = []
         for _ in range(self.config.num_iterations):
-            metrics = self._accumulate(step)
-            grad_norm = trainer.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
-            self.optimizer.step()
-            trainer.lr_scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            updates.append({**metrics, **fenced_trl.take_loss_metrics(trainer), "grad_norm": float(grad_norm)})
+            for part in parts:
+                metrics = self._accumulate(part)
+                grad_norm = trainer.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+                self.optimizer.step()
+                trainer.lr_scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                updates.append({**metrics, **fenced_trl.take_loss_metrics(trainer), "grad_norm": float(grad_norm)})
         self.policy_version += 1
         self._gather_weights()
         return {
             **_mean_over(updates),
-            **step.stats.metrics(self.corrected),
+            **parts[0].stats.metrics(self.corrected),  # shared by the parts: the whole round's
             **passes,
             "learning_rate": float(trainer.lr_scheduler.get_last_lr()[0]),
             "time/learner_step": time.perf_counter() - start,
         }
+
+    def _round(self, batch: dict[str, np.ndarray]) -> list[step_inputs.StepInputs]:
+        """The round's parts (step_inputs.round_parts), each cut into micro-batches; they share one
+        engines-vs-learner tally, and TRL's token-level losses divide by the whole round's tokens."""
+        learner = self.config.learner
+        stats = importance_sampling.SamplingStats(self.device)
+        parts = [
+            self._prepare(part, learner.micro_batch_size, learner.max_tokens_per_micro_batch, stats)
+            for part in step_inputs.round_parts(batch, self.config.steps_per_generation, self.round_seed())
+        ]
+        round_tokens = sum(part.tokens for part in parts)
+        for part in parts:
+            part.round_tokens = round_tokens
+        return parts
+
+    def round_seed(self) -> int:
+        """Seeds the shuffle of the next round's parts: the same on every rank, and on a resumed run."""
+        return self.config.seed * 1_000_003 + self.policy_version
 
     def accumulate_gradients(
         self, batch: dict[str, np.ndarray], micro_batch_size: int | None, max_tokens: int | None
@@ -253,15 +277,18 @@ class GRPOLearner:
 
         As one of several ranks, `batch` is this rank's shard: `.grad` then holds the gradient of the whole
         step's loss (all ranks' shards), and the figures returned are the whole step's."""
-        step = self._prepare(batch, micro_batch_size, max_tokens)
+        step = self._prepare(batch, micro_batch_size, max_tokens, importance_sampling.SamplingStats(self.device))
         if self.config.num_iterations > 1:
             self._old_policy(step)
+            if self.world_size > 1:
+                step.stats.all_reduce()
         return {**self._accumulate(step), **step.stats.metrics(self.corrected)}
 
     def _prepare(
-        self, batch: dict[str, np.ndarray], micro_batch_size: int | None, max_tokens: int | None
+        self, batch: dict[str, np.ndarray], micro_batch_size: int | None, max_tokens: int | None, stats
     ) -> step_inputs.StepInputs:
-        """The batch on the device, cut into micro-batches (matched across ranks)."""
+        """The batch on the device, cut into micro-batches (matched across ranks); its engines-vs-learner
+        figures go to `stats`."""
         prompt_lengths, completion_lengths = batch["prompt_mask"].sum(axis=1), batch["completion_mask"].sum(axis=1)
         if self.world_size > 1 and not self.packed and max_tokens is not None:
             # Ranks' i-th micro-batches are made up to the same rows, and padded an idle row costs the full
@@ -280,12 +307,12 @@ class GRPOLearner:
         if self.world_size > 1:
             rows, tokens, figures = step_inputs.step_counts(rows, tokens, figures)
             chunks = step_inputs.matched_across_ranks(plan.micro_batches, int(figures[:, 1].max()), self.device)
-        step = step_inputs.StepInputs(inputs, chunks, rows, tokens, figures, importance_sampling.SamplingStats(self.device))
-        return step
+        return step_inputs.StepInputs(inputs, chunks, rows, tokens, figures, stats, round_tokens=tokens)
 
     def _old_policy(self, step: step_inputs.StepInputs) -> None:
         """The learner's log-probs of the batch before any update (TRL's `old_per_token_logps`), and the
-        engine correction against them, in one no-grad pass over the micro-batches."""
+        engine correction against them, in one no-grad pass over the micro-batches (the caller
+        all-reduces `step.stats` once every part has been through)."""
         inputs = step.inputs
         old = torch.zeros_like(inputs["sampling_per_token_logps"])
         reference = torch.zeros_like(old) if self.config.beta != 0.0 else None  # fixed too: computed once
@@ -306,8 +333,6 @@ class GRPOLearner:
         inputs["old_per_token_logps"] = old if behaviour is None else behaviour
         if weights is not None:
             inputs["importance_sampling_ratio"] = weights
-        if self.world_size > 1:
-            step.stats.all_reduce()
 
     def _correction(self, learner_logps: torch.Tensor, inputs: dict[str, torch.Tensor], stats):
         """(old log-probs, TRL's importance-sampling ratio) of `inputs`' samples, with the engines-vs-learner
@@ -347,9 +372,9 @@ class GRPOLearner:
             if self.config.beta != 0.0 and "ref_per_token_logps" not in chunk:
                 with torch.no_grad():
                     chunk["ref_per_token_logps"] = self._logps(self.trainer.ref_model, chunk)
-            # TRL's token-level losses (dapo, cispo) divide by this: the whole step's token count, so
-            # micro-batch losses add up to the step's loss.
-            chunk["num_items_in_batch"] = step.tokens
+            # TRL's token-level losses (dapo, cispo, vespo) divide by this, the whole round's token count
+            # (over steps_per_generation, which TRL's config holds), so micro-batch losses add up to the part's loss.
+            chunk["num_items_in_batch"] = step.round_tokens
             trl_inputs = step_inputs.trl_inputs(chunk)
             if own_pass:  # TRL's loss reads the ratio after its forward pass, which computes the old log-probs
                 self._after_loss_pass = lambda logps, trl_inputs=trl_inputs, chunk=chunk: _put_old_policy(

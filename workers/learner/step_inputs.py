@@ -24,6 +24,7 @@ class StepInputs:
     tokens: torch.Tensor
     figures: torch.Tensor  # each rank's (rows, micro-batches, tokens, token slots)
     stats: importance_sampling.SamplingStats
+    round_tokens: torch.Tensor  # TRL's num_items_in_batch: the generation round's loss tokens (every rank)
 
 
 # Tensors whose second dimension is the prompt (left-padded) or the completion (right-padded; the
@@ -38,6 +39,16 @@ _COMPLETION_KEYS = (
     "importance_sampling_ratio",
     "tool_mask",
 )
+
+
+def round_parts(batch: dict[str, np.ndarray], parts: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """A generation round's batch shuffled and split into `parts` (TRL's `shuffle_sequence_dict` and
+    `split_tensor_dict` for `steps_per_generation`; where the rows do not divide, the first parts get
+    one more row instead of the remainder being left out)."""
+    if parts == 1:
+        return [batch]
+    order = np.random.default_rng(seed).permutation(len(batch["completion_mask"]))
+    return [{key: value[members] for key, value in batch.items()} for members in np.array_split(order, parts)]
 
 
 def loss_mask(inputs: dict[str, torch.Tensor]) -> torch.Tensor:

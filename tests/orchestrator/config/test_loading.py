@@ -28,7 +28,14 @@ def test_yaml_plus_overrides(tmp_path):
         (["vllm_importance_sampling_mode=token"], "config key 'vllm_importance_sampling_mode': Input should be 'token_truncate'"),
         (["max_staleness=9"], "config key 'max_staleness': Input should be less than or equal to"),
         (["num_iterations=0"], "config key 'num_iterations': Input should be greater than or equal to 1"),
-        (["steps_per_generation=2"], "unknown config key 'steps_per_generation'"),
+        (
+            ["prompts_per_step=2", "num_generations=2", "steps_per_generation=5"],
+            "steps_per_generation \\(5\\) is more than the samples of a step \\(4\\)",
+        ),
+        (
+            ["learner.workers=2", "num_generations=8", "steps_per_generation=9"],
+            "steps_per_generation \\(9\\) is more than the samples of a group \\(8\\), the least a learner worker",
+        ),
         (
             ["vllm_importance_sampling_clip_min=3", "vllm_importance_sampling_clip_max=2"],
             "vllm_importance_sampling_clip_min \\(3.0\\) is not below vllm_importance_sampling_clip_max \\(2.0\\)",

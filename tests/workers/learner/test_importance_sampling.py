@@ -16,7 +16,7 @@ import torch
 from orchestrator.config.train import TrainConfig
 from orchestrator.rollout.samples import StepSamples
 from orchestrator.training.batch import learner_batch
-from workers.learner import importance_sampling
+from workers.learner import importance_sampling, step_inputs
 from workers.learner.grpo import GRPOLearner
 
 GROUPS, SIZE = 3, 4
@@ -184,5 +184,50 @@ def test_two_updates_per_step_follow_trls_num_iterations(tiny, beta):
     assert metrics["loss"] == pytest.approx(np.mean(losses), abs=1e-5)
     assert metrics["clip_ratio/region_mean"] == pytest.approx(np.mean(clipped), abs=1e-6)
     assert learner.policy_version == 1  # one round: the engines get the weights after both updates
+    ours, theirs = dict(learner.named_weights()), trainer.model.state_dict()
+    assert max(float((ours[name] - theirs[name]).abs().max()) for name in ours) <= 1e-4
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_the_parts_of_a_round_follow_trls_steps_per_generation(tiny, loss_type):
+    """steps_per_generation 2: the round's samples shuffled into two parts and an update on each, both
+    clipping against the log-probs from before the first; dapo divides by the round's tokens over
+    steps_per_generation, as TRL's loss does."""
+    config = TrainConfig(
+        num_generations=SIZE,
+        prompts_per_step=GROUPS,
+        max_steps=1,
+        steps_per_generation=2,
+        learning_rate=3e-2,
+        epsilon=0.05,
+        loss_type=loss_type,
+    )
+    learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    samples = _samples(learner, tiny, seed=6)
+    trainer, inputs = _trl_reference(learner, tiny, samples, np.random.default_rng(7).random(GROUPS * SIZE))
+    trainer.create_optimizer_and_scheduler(num_training_steps=2)
+    rows = {"completion_mask": np.arange(GROUPS * SIZE)}
+    parts = [part["completion_mask"] for part in step_inputs.round_parts(rows, 2, learner.round_seed())]
+    assert sorted(np.concatenate(parts).tolist()) == list(range(GROUPS * SIZE)) and len(parts[0]) == len(parts[1])
+    assert not all(np.diff(np.concatenate(parts)) > 0), "the round was not shuffled"
+    losses, clipped = [], []
+    for members in parts:  # TRL's training_step on each part of its buffered generation batch
+        index = torch.as_tensor(members)
+        part = {key: value[index] if torch.is_tensor(value) and value.ndim else value for key, value in inputs.items()}
+        loss = trainer.compute_loss(trainer.model, part)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), config.max_grad_norm)
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+        clipped.append(trainer._metrics["train"]["clip_ratio/region_mean"][-1])
+    assert clipped[1] > 0.0  # the second part's update clipped against the policy before the first
+
+    learner.packed = False  # TRL's layout
+    metrics = learner.train_step(_our_batch(learner, samples, inputs["advantages"].numpy()))
+    assert metrics["loss"] == pytest.approx(np.mean(losses), abs=1e-5)
+    assert metrics["clip_ratio/region_mean"] == pytest.approx(np.mean(clipped), abs=1e-6)
+    assert learner.policy_version == 1 and learner.updates == 2
     ours, theirs = dict(learner.named_weights()), trainer.model.state_dict()
     assert max(float((ours[name] - theirs[name]).abs().max()) for name in ours) <= 1e-4
