@@ -46,6 +46,8 @@ def report(metrics: list[dict]) -> str:
     ]
     if "dynamic_sampling/rounds" in metrics[0]:
         lines += ["", _filling_line(metrics)]
+    if "staleness/regenerated_groups" in metrics[0]:
+        lines += ["", _staleness_line(metrics)]
     if "tools/calls" in metrics[0]:
         lines += ["", _tool_line(metrics, steady)]
     evaluated = [m for m in metrics if "eval/reward_mean" in m]
@@ -87,6 +89,15 @@ def _filling_line(metrics: list[dict]) -> str:
         f"dropped for equal rewards, {sum(m['dynamic_sampling/groups_surplus'] for m in metrics)} surplus; "
         f"{sum(m['dynamic_sampling/rounds'] for m in metrics)} extra rounds; "
         f"{sum(m['dynamic_sampling/short_steps'] for m in metrics)} steps short of prompts_per_step"
+    )
+
+
+def _staleness_line(metrics: list[dict]) -> str:
+    """Async mode: how far behind the learner the trained samples were."""
+    return (
+        f"async: staleness max {max(m['staleness/max'] for m in metrics)}, "
+        f"mean {np.mean([m['staleness/mean'] for m in metrics]):.2f} policy versions; "
+        f"{sum(m['staleness/regenerated_groups'] for m in metrics)} groups generated again for max_staleness"
     )
 
 

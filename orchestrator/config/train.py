@@ -86,10 +86,11 @@ class TrainConfig(GRPOSettings):
     max_staleness: int = Field(
         0,
         ge=0,
-        le=1,
-        description="0: on-policy (generate only with the current weights). 1: generate step t+1 while the "
-        "learner trains step t; no trained sample is more than one policy version old. A sample of older weights "
-        "is clipped against the engines' logprobs (the policy that drew it), as PPO does.",
+        le=8,
+        description="0: on-policy (generate only with the current weights). N (at most 8): up to N steps' batches "
+        "generate while the learner trains, so no trained sample is more than N policy versions old (checked per "
+        "sample; a group over it is generated again). A sample of older weights is clipped against the engines' "
+        "logprobs (the policy that drew it), as PPO does.",
     )
     dynamic_sampling: bool = Field(
         False,

@@ -8,8 +8,9 @@ Ray tasks as they come back (rewards/scoring.py: rewards overlap the generation 
 normalises advantages within each group, has the learner take TRL GRPO steps on the batch (its
 importance-sampling correction weighs the engines' logprobs against its own), and pushes the new
 weights to every engine. On-policy
-(`max_staleness: 0`) the next step generates only after that sync; in async mode (`max_staleness:
-1`, prefetch.py) it generates while this step trains, one policy version behind.
+(`max_staleness: 0`) the next step generates only after that sync; in async mode (`max_staleness: N`,
+prefetch.py) up to N steps' batches generate while this step trains, at most N policy versions behind
+(staleness.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from orchestrator.launch import Components
 from orchestrator.rewards.scoring import RewardScorer, StepRewards
 from orchestrator.rollout.parquet import rollout_table, write_parquet
 from orchestrator.rollout.samples import Ragged, StepSamples
-from orchestrator.training import dynamic_sampling, plots
+from orchestrator.training import dynamic_sampling, plots, staleness
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
 from orchestrator.training.control import ControlFile
@@ -148,7 +149,7 @@ class GRPORun:
             # once the next sync has timed out on them too (async: the generation thread replaces them).
             self.parts.pool.drop(death.engines, replace_now=not self._prefetch.running)
         try:
-            self._prefetch.discard()  # async: the batch generated ahead comes from the rewound stream again
+            self._prefetch.discard()  # async: the batches generated ahead come from the rewound stream again
         except LearnerDiedError:
             pass  # it was admitting an engine, whose weights come from the dead learner: discarded anyway
         self.parts.learner.restart(str(checkpoint) if checkpoint else None)
@@ -184,24 +185,36 @@ class GRPORun:
         items = self.stream.take(groups or self.config.prompts_per_step)
         return build_requests(items, self.prompt_ids, self.config.num_generations, self.sampling, self.tool_use)
 
-    def _next_batch(self, step: int) -> tuple[StepSamples, StepRewards]:
-        """On-policy (max_staleness 0): generate now. Async (max_staleness >= 1): take the batch
-        generated while the previous step trained, and start generating the next one, which then
-        overlaps this step's reward, training and sync."""
+    def _next_batch(self, step: int) -> tuple[list, StepSamples, StepRewards]:
+        """(requests, samples, rewards) of the step. On-policy (max_staleness 0): generated now. Async
+        (max_staleness N): the oldest of the batches generated ahead, and the next ones submitted so that
+        N are ahead, each overlapping the steps that train before it (never past max_steps)."""
         if self.config.max_staleness == 0:
-            return self._generate(self._requests())
+            requests = self._requests()
+            return requests, *self._generate(requests)
         if not self._prefetch.running:
             self._prefetch.submit(self._requests())  # the stream advances on the main thread
-        samples, rewards = self._prefetch.take()
-        if step < self.config.max_steps:
+        requests, (samples, rewards) = self._prefetch.take()
+        while self._prefetch.batches_ahead < min(self.config.max_staleness, self.config.max_steps - step):
             self._prefetch.submit(self._requests())
-        oldest = int(samples.policy_version.min())
-        if oldest < self.weights.version - self.config.max_staleness:
-            raise RunError(
-                f"step {step}: a sample of policy {oldest} is older than max_staleness={self.config.max_staleness} "
-                f"allows (current policy {self.weights.version})"
-            )
-        return samples, rewards
+        return requests, samples, rewards
+
+    def _renew_stale(self, step: int, requests: list, samples: StepSamples) -> tuple[StepSamples, int, int]:
+        """Groups over the staleness bound generated again on the current policy (staleness.py); returns
+        the samples, the groups renewed and the reward errors of their new samples."""
+        stale = staleness.stale_groups(samples, self.weights.version, self.config.max_staleness)
+        if not stale:
+            return samples, 0, 0
+        print(
+            f"warning: step {step}: {len(stale)} group(s) were generated more than max_staleness="
+            f"{self.config.max_staleness} policy versions ago; generating them again on policy {self.weights.version}",
+            flush=True,
+        )
+        again = [request for request in requests if request.group_id in set(stale)]
+        fresh, rewards = self._prefetch.call(self._generate, again)
+        scores = rewards.scores()
+        fresh.set_scores(scores)
+        return staleness.replace_groups(samples, fresh), len(stale), scores["reward_errors"]
 
     def _apply_control(self) -> None:
         """Pick up `python -m orchestrator scale RUN_DIR --engines N` between steps."""
@@ -212,14 +225,18 @@ class GRPORun:
 
     def step(self, step: int) -> dict:
         start = time.perf_counter()
-        samples, rewards = self._next_batch(step)
+        requests, samples, rewards = self._next_batch(step)
         generated = time.perf_counter()
 
         scores = rewards.scores()
         samples.set_scores(scores)
-        reward_errors, filling, extra_generate_s = scores["reward_errors"], {}, 0.0
-        if self.config.dynamic_sampling:
-            samples, reward_errors, filling, extra_generate_s = self._fill(step, samples, reward_errors)
+        reward_errors, figures, extra_generate_s = scores["reward_errors"], {}, 0.0
+        if self.config.max_staleness:
+            samples, renewed, errors = self._renew_stale(step, requests, samples)
+            reward_errors += errors
+            figures["staleness/regenerated_groups"] = renewed
+        if self.config.dynamic_sampling:  # on-policy only (config/train.py)
+            samples, reward_errors, figures, extra_generate_s = self._fill(step, samples, reward_errors)
         trained = samples if samples.filtered is None else samples.take(np.flatnonzero(~samples.filtered))
         trained.advantage = group_advantages(trained.reward, trained.group_id, self.config.scale_rewards)
         if samples.filtered is not None:  # the filtered samples are reported, with no advantage
@@ -243,14 +260,13 @@ class GRPORun:
         synced = time.perf_counter()
 
         write_parquet(rollout_table(samples, step), self.run_dir.rollout_file(step))
-        oldest = int(samples.policy_version.min())
         metrics = {
             "step": step,
-            "policy_version": oldest,
-            "staleness/max": int(self.weights.version - 1 - oldest),
+            "policy_version": int(samples.policy_version.min()),
+            **staleness.figures(samples, learner_version=self.weights.version - 1),
             **rollout_metrics(samples, self.parts.tokenizer.eos_token_id, tools=self.tool_use is not None),
             **learner_metrics,
-            **filling,
+            **figures,
             "reward_errors": reward_errors,
             "engines": self.parts.pool.size,
             "engine_restarts": self.parts.pool.restarts,

@@ -79,8 +79,17 @@ def progress_line(metrics: dict, max_steps: int) -> str:
         f"step {m['step']:>4}/{max_steps} | reward {m['reward_mean']:.3f} ± {m['reward_std']:.3f} | "
         f"{m['samples_per_s']:.1f} samples/s | gen {m['time/generate']:.2f}s reward {m['time/reward']:.2f}s "
         f"train {m['time/train']:.2f}s sync {m['time/sync']:.2f}s | len {m['completion_length/mean']:.1f} | "
-        f"{_learner_figures(m)}{_policy_figures(m)}{_filling(m)} | v{m['policy_version']}"
+        f"{_learner_figures(m)}{_policy_figures(m)}{_filling(m)} | v{m['policy_version']}{_lag(m)}"
     )
+
+
+def _lag(m: dict) -> str:
+    """Async mode: how many versions the step's oldest sample is behind the learner, and the groups
+    generated again for being over max_staleness."""
+    if "staleness/regenerated_groups" not in m:
+        return ""
+    renewed = m["staleness/regenerated_groups"]
+    return f" lag {m['staleness/max']}" + (f" (renewed {renewed} groups)" if renewed else "")
 
 
 def _filling(m: dict) -> str:

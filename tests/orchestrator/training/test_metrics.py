@@ -54,7 +54,7 @@ def test_report_of_a_tool_run_whose_later_step_made_no_call():
     assert "tools: 1 calls (0.5/step), 0 errors, 0 timeouts" in report(metrics)
 
 
-def test_report_and_step_line_show_the_correction_and_dynamic_sampling():
+def test_report_and_step_line_show_the_correction_dynamic_sampling_and_staleness():
     step = {
         "step": 1,
         "policy_version": 0,
@@ -75,10 +75,33 @@ def test_report_and_step_line_show_the_correction_and_dynamic_sampling():
         "dynamic_sampling/groups_filtered": 3,
         "dynamic_sampling/groups_surplus": 0,
         "dynamic_sampling/short_steps": 0,
+        "staleness/max": 3,
+        "staleness/mean": 1.5,
+        "staleness/regenerated_groups": 1,
         **{f"time/{p}": 0.1 for p in ("generate", "reward", "train", "sync", "step")},
     }
     text = report([step, {**step, "step": 2, "sampling/importance_sampling_ratio/min": 0.8}])
     assert "importance-sampling ratio min 0.800, mean 1.0001, max 1.200" in text
     assert "dynamic sampling: 14 groups generated, 6 dropped for equal rewards, 0 surplus; 4 extra rounds" in text
+    assert "async: staleness max 3, mean 1.50 policy versions; 2 groups generated again for max_staleness" in text
     line = progress_line(step, 10)
     assert "lp-diff 2.0e-03 is 1.000 clip 3.1% | groups 7 dropped 3 (+2 rounds)" in line
+
+
+def test_the_step_line_shows_how_far_behind_an_async_step_is_and_the_groups_renewed():
+    step = {
+        "step": 5,
+        "policy_version": 1,
+        "reward_mean": 0.5,
+        "reward_std": 0.1,
+        "samples_per_s": 1.0,
+        "completion_length/mean": 3.0,
+        "sampling/sampling_logp_difference/mean": 0.002,
+        "staleness/max": 3,
+        "staleness/regenerated_groups": 0,
+        **{f"time/{p}": 0.1 for p in ("generate", "reward", "train", "sync")},
+    }
+    assert progress_line(step, 10).endswith("| v1 lag 3")
+    assert progress_line({**step, "staleness/regenerated_groups": 2}, 10).endswith("| v1 lag 3 (renewed 2 groups)")
+    del step["staleness/regenerated_groups"]  # on-policy
+    assert progress_line(step, 10).endswith("| v1")
