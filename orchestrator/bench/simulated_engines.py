@@ -166,6 +166,9 @@ class SimulatedEngines:
     def policy_version(self, engine_id: int) -> int:
         return 0
 
+    def responsive(self, engine_id: int, timeout_s: float) -> bool:
+        return engine_id in self._engines
+
     def lateness(self) -> list[float]:
         """Seconds between each group's modelled finish and its result being handed to Ray: how far
         this host fell behind its own clock (a busy machine), not something the driver caused."""
@@ -203,6 +206,7 @@ class SimulatedEngineHandle:
         self.generate = _Routed(host.generate, engine_id)
         self.shutdown = _Routed(host.shutdown, engine_id)
         self.policy_version = _Routed(host.policy_version, engine_id)
+        self.responsive = _Routed(host.responsive, engine_id)
 
 
 class SimulatedLauncher(EngineLauncher):

@@ -42,4 +42,18 @@ class RolloutConfig(StrictModel):
     request_timeout_s: float = Field(
         1800.0, gt=0.0, description="Deadline for one group's generation; an engine that misses it is replaced."
     )
+    health_check_interval_s: float = Field(
+        5.0,
+        ge=0.0,
+        description="While generating, how often each engine holding groups is asked whether its vLLM engine process "
+        "still answers (0: never). One that does not is wedged: killed, its groups sent to the other engines, and "
+        "replaced with the current weights (orchestrator/rollout/health.py).",
+    )
+    health_check_timeout_s: float = Field(
+        20.0,
+        gt=0.0,
+        description="How long an engine's vLLM process has to answer a health check. It answers between two model "
+        "steps, so this bounds one step (milliseconds on a GPU; raise it for a large model on CPU, where one step "
+        "of a long prefill can take longer), not one group; request_timeout_s stays the bound on a group.",
+    )
     max_restarts: int = Field(8, ge=0, description="Dead engines replaced per run before the pool stops replacing.")

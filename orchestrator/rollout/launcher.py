@@ -58,25 +58,25 @@ class ActorLauncher(EngineLauncher):
 
         ray.kill(handle)
 
-    def leftovers(self, handle) -> tuple[str, list[str]]:
-        """(node id, the /dev/shm entries the engine's vLLM processes created): a killed vLLM process
-        leaves those behind (workers/rollout/shared_memory.py)."""
+    def leftovers(self, handle) -> tuple[str, list, list[str]]:
+        """(node id, the engine's processes, the /dev/shm entries they created): what a killed engine
+        leaves on its node (workers/rollout/processes.py, shared_memory.py)."""
         import ray
 
-        return tuple(ray.get([handle.node_id.remote(), handle.shared_memory.remote()], timeout=LEFTOVERS_TIMEOUT_S))
+        node_id, (processes, names) = ray.get([handle.node_id.remote(), handle.leftovers.remote()], timeout=LEFTOVERS_TIMEOUT_S)
+        return node_id, processes, names
 
-    def clean_up(self, leftovers: tuple[str, list[str]]):
-        """A task on the engine's node (it holds the engine's /dev/shm) that removes the entries once
-        no process maps them. It needs no CPU, so a node full of engines still runs it; a node that is
-        gone fails it, and nothing is left to clean there."""
+    def clean_up(self, leftovers: tuple[str, list, list[str]]):
+        """A task on the engine's node that ends the engine's surviving processes (a stopped vLLM
+        process outlives its killed actor) and then removes its /dev/shm entries once no process maps
+        them. It needs no CPU, so a node full of engines still runs it; a node that is gone fails it,
+        and nothing is left to clean there."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from workers.rollout.shared_memory import remove_leftovers
+        from workers.rollout.shared_memory import clean_up_after
 
-        node_id, names = leftovers
-        if not names:
-            return None
+        node_id, processes, names = leftovers
         strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
-        task = ray.remote(remove_leftovers).options(num_cpus=0, max_retries=0, scheduling_strategy=strategy)
-        return task.remote(names, timeout_s=CLEAN_UP_TIMEOUT_S)
+        task = ray.remote(clean_up_after).options(num_cpus=0, max_retries=0, scheduling_strategy=strategy)
+        return task.remote(processes, names, timeout_s=CLEAN_UP_TIMEOUT_S)

@@ -26,6 +26,7 @@ from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
 from orchestrator.rollout.engine_group import EngineFailedError, EngineGroup
+from orchestrator.rollout.health import EngineWedgedError, Watchdog
 
 if TYPE_CHECKING:
     from orchestrator.learner.weights import PolicyWeights
@@ -84,6 +85,11 @@ class RolloutPool:
         engines = self.engines
         engines.admit_ready(block=False)
         dispatcher = LeastLoadedDispatcher(list(engines.actors), engines.config.max_inflight_samples)
+        watchdog = Watchdog(
+            engines.config.health_check_interval_s,
+            engines.config.health_check_timeout_s,
+            lambda engine_id, timeout_s: engines.actors[engine_id].responsive.remote(timeout_s).future(),
+        )
         pending = collections.deque(requests)
         inflight: dict[concurrent.futures.Future, tuple[int, GroupRequest, object]] = {}  # -> engine, request, ref
         finished: queue.SimpleQueue[concurrent.futures.Future] = queue.SimpleQueue()
@@ -107,6 +113,11 @@ class RolloutPool:
                 future.add_done_callback(finished.put)
                 dispatcher.started(engine_id, request.num_generations)
                 groups_on[engine_id] += 1
+            for engine_id, why in watchdog.check(e for e, count in groups_on.items() if count and e in engines.actors).items():
+                # Killed: its groups fail as an engine death's do, below, and go to the others.
+                print(f"warning: engine {engine_id} is wedged: {why}; replacing it", flush=True)
+                engines.engine_died(engine_id, EngineWedgedError(f"engine {engine_id}: {why}"))
+                dispatcher.remove(engine_id)
             for future in _drain(finished, timeout=1.0):
                 engine_id, request, _ = inflight.pop(future)
                 dispatcher.finished(engine_id, request.num_generations)

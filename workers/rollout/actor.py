@@ -19,6 +19,7 @@ from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle
 from workers.rollout import shared_memory as shm
+from workers.rollout.processes import describe
 
 
 class RolloutWorker:
@@ -56,6 +57,9 @@ class RolloutWorker:
     async def generate(self, request: GroupRequest) -> GroupResult:
         return await self._engine.generate(request)
 
+    async def responsive(self, timeout_s: float) -> bool:
+        return await self._engine.responsive(timeout_s)
+
     async def load_weights(self, bucket_refs: list, version: int) -> tuple[int, str]:
         """Fetch the learner's weight buckets from the object store and load them; returns
         (policy version, checksum received) for the provenance check."""
@@ -77,13 +81,16 @@ class RolloutWorker:
 
         return ray.get_runtime_context().get_node_id()
 
-    def shared_memory(self) -> list[str]:
-        """The /dev/shm entries this engine's processes created: what they would leave there if
-        killed (shared_memory.py). Asked once the engine is up; also written down on the node."""
+    def leftovers(self) -> tuple[list, list[str]]:
+        """What killing this engine would leave on its node: its processes (this actor's and vLLM's, with
+        their start times: processes.py) and the /dev/shm entries they created (shared_memory.py).
+        Asked once the engine is up; also written down on the node, for the next engine to clean up
+        if no driver is left to."""
         pids = shm.process_tree(os.getpid())
         names = shm.owned_entries(pids, self._shm_before)
-        self._claim = shm.write_claim(pids, names) if names else None
-        return names
+        started = describe(pids)
+        self._claim = shm.write_claim(started, names)
+        return started, names
 
     def shutdown(self) -> None:
         if self._tools is not None:

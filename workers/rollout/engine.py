@@ -184,6 +184,19 @@ class RolloutEngine:
             final = output
         return final
 
+    async def responsive(self, timeout_s: float) -> bool:
+        """Whether vLLM's engine process answers a round trip within `timeout_s` (orchestrator/rollout/
+        health.py). Its scheduler loop takes the call between two model steps, so a loaded engine
+        answers and a wedged or stopped one does not. A weight load under way counts as an answer:
+        generation is paused for it, and the sync has its own deadline."""
+        if self._loads.loading or self._loading.locked():
+            return True
+        try:
+            await asyncio.wait_for(self._llm.is_sleeping(), timeout_s)
+        except TimeoutError:
+            return self._loads.loading  # a load that began meanwhile holds the engine process
+        return True
+
     async def load_weights(self, buckets: list[WeightBucket], version: int) -> tuple[int, str]:
         """Lay the buckets out in shared memory, then pause, load them in place, resume; requests in
         flight are kept, not dropped. Staging first keeps the copy out of the pause. A load that

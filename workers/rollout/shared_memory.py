@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from workers.rollout.processes import kill_survivors, running
+
 SHM = Path("/dev/shm")
 PROC = Path("/proc")
 CLAIMS = Path(tempfile.gettempdir()) / "rollout-shm-claims"
@@ -84,27 +86,31 @@ def owned_entries(pids: list[int], existed: set[str], proc: Path = PROC, shm_dir
     return sorted(mapped_by(pids, proc, shm_dir) - existed)
 
 
-def write_claim(pids: list[int], names: list[str], claims_dir: Path = CLAIMS) -> Path:
-    """Write down on this node that `names` belong to `pids` (the first is the engine's actor)."""
+def write_claim(processes: list, names: list[str], claims_dir: Path = CLAIMS) -> Path:
+    """Write down on this node that `names` belong to `processes` ((pid, start time) pairs,
+    processes.py; the first is the engine's actor)."""
     claims_dir.mkdir(parents=True, exist_ok=True)
-    path = claims_dir / f"{pids[0]}.json"
+    path = claims_dir / f"{processes[0][0]}.json"
     partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps({"pids": pids, "names": names}))
+    partial.write_text(json.dumps({"processes": processes, "names": names}))
     partial.replace(path)  # a sweep never reads half a claim
     return path
 
 
 def sweep(claims_dir: Path = CLAIMS, proc: Path = PROC, shm_dir: Path = SHM) -> list[str]:
-    """Remove what engines left on this node once all their processes are gone, and their claims;
-    returns the entries removed. A claim whose pid was reused by now waits for that process too."""
+    """Clean up after engines of this node whose actor process is gone: end their processes that
+    still run (processes.py) and remove what they left here, and their claims; returns the entries
+    removed. A claim whose actor still runs is another engine's, alive."""
     removed = []
     for path in sorted(claims_dir.glob("*.json")):
         try:
             claim = json.loads(path.read_text())
-        except (OSError, ValueError):  # another sweep took it meanwhile
+            processes = [tuple(process) for process in claim["processes"]]
+        except (OSError, ValueError, KeyError, TypeError):  # another sweep took it meanwhile, or not a claim
             continue
-        if any((proc / str(pid)).exists() for pid in claim["pids"]):
+        if running(processes[:1]):
             continue
+        kill_survivors(processes[1:])
         removed += remove_leftovers(claim["names"], timeout_s=0, proc=proc, shm_dir=shm_dir)
         path.unlink(missing_ok=True)
     return removed
@@ -134,3 +140,11 @@ def remove_leftovers(
         if not remaining or time.monotonic() >= deadline:
             return removed
         time.sleep(poll_s)
+
+
+def clean_up_after(processes: list, names: list[str], timeout_s: float) -> tuple[list[int], list[str]]:
+    """On a killed engine's node: end its processes that still run (processes.py), then remove its
+    entries once no process maps them. Returns (pids killed, entries removed)."""
+    began = time.monotonic()
+    killed = kill_survivors(processes, timeout_s=timeout_s)
+    return killed, remove_leftovers(names, timeout_s=max(0.0, timeout_s - (time.monotonic() - began)))

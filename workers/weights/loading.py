@@ -27,6 +27,12 @@ class WeightLoads:
         self._resume = resume
         self._failure = ""  # why the engine stopped serving; empty while it serves
         self._failed = asyncio.Event()
+        self._loading = False
+
+    @property
+    def loading(self) -> bool:
+        """Whether a load is under way (generation is paused meanwhile)."""
+        return self._loading
 
     @property
     def failed(self) -> bool:
@@ -41,6 +47,7 @@ class WeightLoads:
         """`load()` with generation paused. Generation resumes only if it returned; if it raised, the
         engine stays paused for good and this raises `WeightLoadFailedError`."""
         self.check()
+        self._loading = True
         try:
             await self._pause()
             result = await load()
@@ -50,6 +57,8 @@ class WeightLoads:
         except Exception as error:
             self._fail(version, reason(error))
             raise WeightLoadFailedError(self._failure) from error
+        finally:
+            self._loading = False
         await self._resume()
         return result
 

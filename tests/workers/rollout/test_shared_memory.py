@@ -1,14 +1,17 @@
-"""What a killed engine leaves in /dev/shm is found and removed, and nothing else is: fake /proc
-folders and a tmp dir stand in for the node, plus one real shared-memory segment of this process."""
+"""What a killed engine leaves in /dev/shm, and running, is found and removed, and nothing else is:
+fake /proc folders and a tmp dir stand in for the node's memory maps, plus one real shared-memory
+segment of this process and real `sleep` processes for the engines' processes."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from multiprocessing import shared_memory as mp_shared_memory
 from pathlib import Path
 
+from workers.rollout.processes import describe, kill_survivors
 from workers.rollout.shared_memory import (
     SHM,
     entries,
@@ -107,24 +110,39 @@ def test_an_engine_owns_what_its_processes_map_that_was_not_there_before():
     assert (SHM / segment.name).exists() is False
 
 
-def test_a_sweep_removes_only_what_engines_with_no_process_left_had_claimed(tmp_path):
-    shm, proc = _node(
-        tmp_path,
-        ["psm_killed", "sem.mp-killed", "psm_alive", "psm_unclaimed"],
-        {
-            20: [f"{tmp_path}/shm/psm_alive"],  # an engine still running (its actor, pid 20)
-        },
-    )
+def test_a_sweep_ends_what_engines_whose_actor_is_gone_left_running_and_removes_what_they_claimed(tmp_path):
+    shm, proc = _node(tmp_path, ["psm_killed", "sem.mp-killed", "psm_alive", "psm_unclaimed"], {})
     claims = tmp_path / "claims"
-    killed = write_claim([10, 11], ["psm_killed", "sem.mp-killed"], claims)  # its driver was killed: no pid is left
-    alive = write_claim([20, 21], ["psm_alive"], claims)
-    assert sorted(sweep(claims, proc, shm)) == ["psm_killed", "sem.mp-killed"]
-    assert entries(shm) == {"psm_alive", "psm_unclaimed"}
-    assert not killed.exists() and alive.exists()
-    (proc / "20" / "maps").unlink()
-    (proc / "20").rmdir()  # the running engine stops too
-    assert sweep(claims, proc, shm) == ["psm_alive"] and not alive.exists()
-    assert sweep(tmp_path / "no-claims", proc, shm) == []
+    gone = subprocess.Popen(["true"])  # a killed engine's actor
+    gone.wait()
+    survivor = subprocess.Popen(["sleep", "600"])  # its vLLM process, still running (stopped, or reparented)
+    actor = subprocess.Popen(["sleep", "600"])  # the actor of an engine that still runs
+    try:
+        killed = write_claim([(gone.pid, 1.0), *describe([survivor.pid])], ["psm_killed", "sem.mp-killed"], claims)
+        alive = write_claim(describe([actor.pid]), ["psm_alive"], claims)
+        assert sorted(sweep(claims, proc, shm)) == ["psm_killed", "sem.mp-killed"]
+        assert survivor.poll() is not None, "the killed engine's process still runs"
+        assert entries(shm) == {"psm_alive", "psm_unclaimed"}
+        assert not killed.exists() and alive.exists() and actor.poll() is None
+        actor.kill()
+        actor.wait()  # the running engine stops too
+        assert sweep(claims, proc, shm) == ["psm_alive"] and not alive.exists()
+        assert sweep(tmp_path / "no-claims", proc, shm) == []
+    finally:
+        for process in (survivor, actor):
+            process.kill()
+            process.wait()
+
+
+def test_only_the_same_process_is_killed_not_one_that_took_its_pid(tmp_path):
+    process = subprocess.Popen(["sleep", "600"])
+    try:
+        [(pid, started)] = describe([process.pid])
+        assert kill_survivors([(pid, started + 1.0)]) == [] and process.poll() is None  # another start time
+        assert kill_survivors([(pid, started)]) == [pid] and process.poll() is not None
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_no_shm_folder_means_no_entries(tmp_path):
