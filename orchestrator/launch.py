@@ -53,9 +53,10 @@ def start_pool(
     on_engine_ready=None,
 ) -> RolloutPool:
     """A started pool. `sized_for` = (model config.json, samples in flight, tokens per sample) sizes
-    each CPU engine's KV cache; `on_engine_ready(engine_id, actor)` runs before an engine serves."""
+    each engine's context and, on CPU, its KV cache (`EngineGroup.size_for`); `on_engine_ready(engine_id,
+    actor)` runs before an engine serves."""
     engines = EngineGroup(cluster, model, tokenizer, config, seed=seed, engine_files=engine_files, launcher=launcher)
-    if sized_for is not None and cluster.device == "cpu":
+    if sized_for is not None:
         engines.size_for(*sized_for)
     engines.on_engine_ready = on_engine_ready
     return RolloutPool(engines).start()

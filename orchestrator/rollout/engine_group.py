@@ -82,19 +82,26 @@ class EngineGroup:
         self._clean_ups: list = []  # ObjectRefs of clean-ups still running (launcher.clean_up)
 
     def size_for(self, model_config: dict, samples_in_flight: int, tokens_per_sample: int) -> None:
-        """On CPU, size each engine's KV cache for the work (unless the user set it) and cap the
-        samples an engine holds to what was sized; see kv_cache.py for why this matters."""
+        """Size each engine for the run's work, unless the user set these. Its context (`max_model_len`):
+        the run's longest prompt plus its completion budget, within the model's own; a model's 32k
+        context would otherwise need a KV cache for a 32k-token sequence before the engine starts. On
+        CPU its KV cache too, capping the samples an engine holds to what was sized (kv_cache.py says
+        why this matters)."""
         from orchestrator.rollout.kv_cache import cpu_kv_cache_bytes
 
-        if self.config.kv_cache_memory_bytes is not None:
-            return
-        inflight = min(self.config.max_inflight_samples, samples_in_flight)
-        self.config = self.config.model_copy(
-            update={
-                "max_inflight_samples": inflight,
-                "kv_cache_memory_bytes": cpu_kv_cache_bytes(model_config, inflight, tokens_per_sample),
-            }
-        )
+        update = {}
+        if self.config.max_model_len is None:
+            declared = model_config.get("text_config", model_config).get("max_position_embeddings")
+            update["max_model_len"] = min(tokens_per_sample, declared) if declared else tokens_per_sample
+        context = update.get("max_model_len", self.config.max_model_len)
+        if self.cluster.device == "cpu" and self.config.kv_cache_memory_bytes is None:
+            inflight = min(self.config.max_inflight_samples, samples_in_flight)
+            update["max_inflight_samples"] = inflight
+            update["kv_cache_memory_bytes"] = max(
+                cpu_kv_cache_bytes(model_config, inflight, tokens_per_sample),
+                cpu_kv_cache_bytes(model_config, 1, context),  # vLLM refuses to start without room for one sequence
+            )
+        self.config = self.config.model_copy(update=update)
 
     def start(self) -> EngineGroup:
         """Start every engine and admit them all (each checked, then `on_engine_ready`) or fail."""

@@ -12,3 +12,36 @@ def test_sized_for_every_sample_at_full_length_in_whole_blocks():
 def test_small_work_keeps_the_floor_and_grouped_query_attention_counts_kv_heads():
     assert cpu_kv_cache_bytes(LLAMA, 1, 10) == MIN_BYTES
     assert bytes_per_token({**LLAMA, "num_key_value_heads": 2}) == bytes_per_token(LLAMA) // 4
+
+
+def _group(learner_tokenizer, device, **rollout):
+    from types import SimpleNamespace
+
+    from orchestrator.contracts.rollout import RolloutConfig
+    from orchestrator.rollout.engine_group import EngineGroup
+
+    # cpu_threads_bind set: the group does not look for the cluster's cores (no Ray here)
+    return EngineGroup(
+        SimpleNamespace(device=device), None, learner_tokenizer, RolloutConfig(cpu_threads_bind="nobind", **rollout)
+    )
+
+
+def test_engines_take_the_runs_context_not_the_models_32k(learner_tokenizer):
+    qwen = {**LLAMA, "max_position_embeddings": 32768}
+    engines = _group(learner_tokenizer, "cpu")
+    engines.size_for(qwen, samples_in_flight=64, tokens_per_sample=600)
+    assert engines.config.max_model_len == 600
+    assert engines.config.kv_cache_memory_bytes == cpu_kv_cache_bytes(qwen, 64, 600)
+    on_gpu = _group(learner_tokenizer, "cuda")
+    on_gpu.size_for(qwen, 64, 600)
+    assert on_gpu.config.max_model_len == 600 and on_gpu.config.kv_cache_memory_bytes is None  # vLLM sizes a GPU's
+    short = _group(learner_tokenizer, "cpu")
+    short.size_for({**LLAMA, "max_position_embeddings": 256}, 64, 600)
+    assert short.config.max_model_len == 256  # never more than the model's (preflight refuses prompts that need more)
+
+
+def test_a_context_the_user_set_wins_and_gets_room_for_one_whole_sequence(learner_tokenizer):
+    engines = _group(learner_tokenizer, "cpu", max_model_len=32768)
+    engines.size_for({**LLAMA, "max_position_embeddings": 32768}, samples_in_flight=2, tokens_per_sample=100)
+    assert engines.config.max_model_len == 32768
+    assert engines.config.kv_cache_memory_bytes == cpu_kv_cache_bytes(LLAMA, 1, 32768) > MIN_BYTES
