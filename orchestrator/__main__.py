@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = _train_overrides(argv[1:])
     import importlib
 
-    from orchestrator.contracts.errors import RunError, UserError
+    from orchestrator.contracts.errors import RunError, Terminated, UserError
 
     try:
         module = importlib.import_module(f"orchestrator.commands.{args.command}")  # heavy imports start here
@@ -184,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except Terminated as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 143
     except RunError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

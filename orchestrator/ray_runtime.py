@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
+
+from orchestrator.training import stopping
 
 LOCAL_HEADROOM_CPUS = 8
 
@@ -20,6 +23,14 @@ def init_ray(num_cpus: float | None = None, num_gpus: float | None = None) -> No
 
     if ray.is_initialized():
         return
+    try:
+        _init(ray, num_cpus, num_gpus)
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            stopping.immediate()  # instead of Ray's SIGTERM handler (stopping.py says why)
+
+
+def _init(ray, num_cpus: float | None, num_gpus: float | None) -> None:
     env = {"VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"), "TOKENIZERS_PARALLELISM": "false"}
     if os.environ.get("RAY_ADDRESS"):
         ray.init(runtime_env={"env_vars": env}, log_to_driver=True)

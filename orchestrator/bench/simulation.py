@@ -179,9 +179,10 @@ def _generate(pool, requests: list[GroupRequest], columns: list[dict], ideal: di
     from orchestrator.rewards.scoring import RewardScorer
 
     batch_samples = TrainConfig.model_fields["reward_batch_samples"].default  # as a train run scores by default
-    scoring = RewardScorer(["builtin:search_call"], None, error_score=0.0, columns=columns, batch_samples=batch_samples).begin(
-        requests
-    )
+    timeout_s = TrainConfig.model_fields["reward_timeout_s"].default
+    scoring = RewardScorer(
+        ["builtin:search_call"], None, error_score=0.0, columns=columns, batch_samples=batch_samples, timeout_s=timeout_s
+    ).begin(requests)
     done, tokens, reward_cpu = 0, 0, 0.0
     others = _ray_processes_cpu()
     cpu, start = time.process_time(), time.perf_counter()

@@ -59,6 +59,13 @@ class TrainConfig(GRPOSettings):
         "wait, the rest when generation ends (a step smaller than this is scored once, at the end). Lower it "
         "for slow reward functions, so that scoring overlaps generation sooner.",
     )
+    reward_timeout_s: float = Field(
+        300.0,
+        gt=0.0,
+        description="Seconds one reward task (the reward functions on one batch of groups) may take, counted from its "
+        "submission: past it the task is cancelled and the run stops with an error naming the reward functions, or, "
+        "with reward_error_score set, the task's samples score that and are counted (reward_errors).",
+    )
     # Chat prompts (TRL's conversational format: see data/conversations.py)
     system_prompt: str | None = Field(
         None, description="A system message put first in every conversational prompt that does not bring its own."
@@ -126,6 +133,12 @@ class TrainConfig(GRPOSettings):
     # Outputs
     output_dir: str = Field("runs/{time}", description="Run folder; '{time}' becomes the start time.")
     save_steps: int = Field(0, ge=0, description="Checkpoint every N steps (0: only at the end).")
+    save_total_limit: int | None = Field(
+        None,
+        ge=1,
+        description="Keep only the newest N checkpoints (TRL's): older ones, those of the run before a --resume "
+        "included, are deleted once a new one is complete. null keeps all.",
+    )
     plot_steps: int = Field(5, ge=1, description="Redraw the PNG plots every N steps.")
     # Components
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="The vLLM engine pool.")

@@ -13,3 +13,8 @@ class RunError(Exception):
 class LearnerDiedError(RunError):
     """The learner actor is gone (killed, out of memory, crashed) or stuck past a sync's deadline.
     The step loop restarts it from the last checkpoint (`learner.max_restarts`) or stops the run."""
+
+
+class Terminated(RunError):
+    """The driver got SIGTERM (Kubernetes deleting a RayJob or evicting its pod, `timeout`, a process
+    manager): the CLI prints the message and exits with 143, as a process ended by SIGTERM does."""

@@ -1,6 +1,6 @@
 """A step's rewards: groups handed to reward tasks as they come back, scores merged in request order.
 
-    scorer = RewardScorer(reward_funcs, reward_weights, error_score, columns)
+    scorer = RewardScorer(reward_funcs, reward_weights, error_score, columns, timeout_s=reward_timeout_s)
     rewards = scorer.begin(requests)          # once per step: a StepRewards
     pool.generate(requests, on_result=rewards.add)
     scores = rewards.close().scores()         # {"reward": [...], "rewards/<fn>": [...], "reward_errors": n}
@@ -19,12 +19,19 @@ step the overlap saves less than the tasks cost. Here a task starts once `min_sa
 on the driver and go together in the next task. Whatever still waits when generation ends is scored
 then. So a step smaller than `min_samples` is scored in one task at the end, and a large one
 overlaps generation with tasks that grow instead of multiplying.
+
+Every task has a deadline (`reward_timeout_s`), kept by the driver: a reward function that hangs
+cannot stop itself, so waiting for a task's scores waits only until its deadline, and a task past it
+is cancelled and scored by `RewardScorer.timed_out` (an error, or `reward_error_score`).
 """
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.groups import GroupRequest, GroupResult
@@ -51,23 +58,28 @@ class RewardScorer:
         columns: list[dict] | None = None,
         batch_samples: int = 1,
         conversations: list[list[dict]] | None = None,
+        timeout_s: float | None = None,
     ):
         """`columns[i]`: prompt i's other dataset columns (reward functions get them as kwargs);
         `batch_samples`: samples per reward task while generation runs (see above);
         `conversations[i]`: prompt i's messages when the prompts are conversations: reward functions
         then get TRL's conversational shapes (the message lists, and each completion as
-        `[{"role": "assistant", "content": ...}]`) instead of the rendered texts."""
+        `[{"role": "assistant", "content": ...}]`) instead of the rendered texts;
+        `timeout_s`: each reward task's deadline (`reward_timeout_s`; None: none)."""
         self.reward_funcs = reward_funcs
         self.conversations = conversations
         self.batch_samples = batch_samples
         self.reward_weights = reward_weights
         self.error_score = error_score
+        self.timeout_s = timeout_s
         self.columns = columns or []
         self.dataset_keys = [key for key in (self.columns[0] if self.columns else {}) if key not in RESERVED_REWARD_KWARGS]
         self._task = None
 
     def begin(self, requests: list[GroupRequest]) -> StepRewards:
-        return StepRewards(self.submit, requests, min_samples=self.batch_samples)
+        return StepRewards(
+            self.submit, requests, min_samples=self.batch_samples, timeout_s=self.timeout_s, timed_out=self.timed_out
+        )
 
     def submit(self, requests: list[GroupRequest], results: list[GroupResult]):
         """Start one reward task over these groups (rows: each group's samples in order); its ObjectRef."""
@@ -107,10 +119,43 @@ class RewardScorer:
                     fields[key].append(row.get(key))
         return self._task.remote(self.reward_funcs, self.reward_weights, error_score=self.error_score, **fields)
 
+    def timed_out(self, group_ids: list[int], rows: int) -> dict:
+        """The scores of a task cancelled past its deadline: like a reward function that raises, an
+        error naming the functions, unless `error_score` is set: then each of its samples scores that
+        and is counted under "reward_errors". Each function's own column is NaN (not scored): which
+        of them did not return is not known."""
+        from orchestrator.rewards.functions import RewardError
+
+        if self.error_score is None:
+            names = repr(self.reward_funcs[0]) if len(self.reward_funcs) == 1 else f"one of {self.reward_funcs}"
+            groups = ", ".join(map(str, group_ids[:8])) + (", ..." if len(group_ids) > 8 else "")
+            raise RewardError(
+                f"reward function {names} did not return within reward_timeout_s={self.timeout_s:g} on {rows} samples "
+                f"(group_id {groups}); the reward task was cancelled (raise reward_timeout_s if it is only slow, or set "
+                "reward_error_score to score such samples)"
+            )
+        return {
+            **{f"rewards/{spec}": [math.nan] * rows for spec in self.reward_funcs},
+            "reward": [self.error_score] * rows,
+            "reward_errors": rows,
+        }
+
+
+class _Task(NamedTuple):
+    groups: list[tuple[int, int]]  # (group id, rows), in the task's row order
+    deadline: float  # time.monotonic() past which the task is cancelled
+
 
 class StepRewards:
     """One step's reward tasks: `add` each group as it comes back, `close` once generation is over,
-    then `scores()` waits for the tasks and returns the step's scores in request order."""
+    then `scores()` waits for the tasks and returns the step's scores in request order.
+
+    A task's deadline is counted from its submission, which is when it can start: the tasks ask for
+    no CPU, so Ray queues none of them behind the others, and the groups that wait for a free task
+    slot (`max_tasks`) wait on the driver, not in a submitted task. The start of a Ray worker process
+    and the import of the reward files count against it. A batch generated ahead (`max_staleness`)
+    keeps its tasks' deadlines: by the time its scores are read, a task that hangs is cancelled at
+    once."""
 
     def __init__(
         self,
@@ -118,19 +163,25 @@ class StepRewards:
         requests: list[GroupRequest],
         max_tasks: int = 2,
         min_samples: int = 1,
+        timeout_s: float | None = None,
+        timed_out: Callable[[list[int], int], dict] | None = None,
     ):
         """`submit(requests, results)` starts one reward task over those groups (rows in that
-        order, each group's samples together) and returns its ObjectRef."""
+        order, each group's samples together) and returns its ObjectRef. A task not done `timeout_s`
+        after its submission is cancelled and `timed_out(group ids, rows)` gives its scores or
+        raises; None: no deadline."""
         self.requests = requests
         self._by_id = {request.group_id: request for request in requests}
         self._submit = submit
         self.max_tasks = max_tasks
         self.min_samples = min_samples
+        self.timeout_s = timeout_s
+        self._timed_out = timed_out
         self._waiting: list[tuple[GroupRequest, GroupResult]] = []
         self._waiting_samples = 0
         self._running = 0  # tasks not finished yet (each lowers it when done, from Ray's thread)
         self._lock = threading.Lock()
-        self._tasks: list[tuple[object, list[tuple[int, int]]]] = []  # (ref, [(group id, rows)])
+        self._tasks: dict[object, _Task] = {}  # by ObjectRef, in submission order
 
     def add(self, result: GroupResult) -> None:
         """A group came back: score it with those waiting once enough wait and a task slot is free."""
@@ -144,7 +195,8 @@ class StepRewards:
         if self._waiting:
             requests, results = zip(*self._waiting)
             ref = self._submit(list(requests), list(results))
-            self._tasks.append((ref, [(result.group_id, len(result.samples)) for result in results]))
+            deadline = time.monotonic() + self.timeout_s if self.timeout_s is not None else math.inf
+            self._tasks[ref] = _Task([(result.group_id, len(result.samples)) for result in results], deadline)
             with self._lock:
                 self._running += 1
             ref.future().add_done_callback(self._task_done)
@@ -163,7 +215,7 @@ class StepRewards:
         """Each group's scores (`get` fetches a task's result): lists cut to the group's rows; a
         task's `reward_errors` count goes to its first group so that sums stay right."""
         scores = {}
-        for ref, groups in self._tasks:
+        for ref, (groups, _) in self._tasks.items():
             task = get(ref)
             row = 0
             for position, (group_id, rows) in enumerate(groups):
@@ -175,8 +227,36 @@ class StepRewards:
         return scores
 
     def scores(self) -> dict:
-        per_group = self.per_group(unwrap)  # mostly done while generating
+        """Wait for the tasks (mostly done while generating), none past its deadline. When one fails,
+        the others still running are cancelled: the run stops, and nothing else would end them."""
+        try:
+            per_group = self.per_group(self._result)
+        except BaseException:
+            self._cancel_unfinished()
+            raise
         return merge_scores([per_group[request.group_id] for request in self.requests])
+
+    def _result(self, ref) -> dict:
+        """A task's scores, waited for until its deadline. Past it the task is cancelled with force (a
+        function stuck in a sleep or in C code never sees a gentler cancel) so that it does not hold
+        a worker process, and `timed_out` gives its scores."""
+        import ray
+
+        task = self._tasks[ref]
+        if task.deadline < math.inf:
+            ready, _ = ray.wait([ref], timeout=max(0.0, task.deadline - time.monotonic()))
+            if not ready:
+                ray.cancel(ref, force=True)
+                return self._timed_out([group_id for group_id, _ in task.groups], sum(rows for _, rows in task.groups))
+        return unwrap(ref)
+
+    def _cancel_unfinished(self) -> None:
+        import ray
+
+        refs = list(self._tasks)
+        _, unfinished = ray.wait(refs, num_returns=len(refs), timeout=0)
+        for ref in unfinished:
+            ray.cancel(ref, force=True)
 
 
 def merge_scores(per_group: list[dict]) -> dict:

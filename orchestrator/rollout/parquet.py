@@ -86,8 +86,15 @@ def _list_array(column: Ragged, value_type: pa.DataType) -> pa.Array:
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:
-    """Write atomically: a reader never sees a half-written file."""
+    """Write atomically: a reader never sees a half-written file, and a failed write leaves none (on a
+    full disk it would hold on to the space). The error of a failed write names `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
-    pq.write_table(table, partial)
+    try:
+        pq.write_table(table, partial)
+    except BaseException as error:
+        partial.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename is None:  # Arrow's write errors name no file
+            error.filename = str(path)
+        raise
     partial.replace(path)

@@ -61,6 +61,7 @@ class Evaluation:
             eval_set.columns,
             config.reward_batch_samples,
             eval_set.conversations,
+            timeout_s=config.reward_timeout_s,
         )
         self.rounds = 0
 

@@ -15,20 +15,19 @@ prefetch.py) up to N steps' batches generate while this step trains, at most N p
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 
 import numpy as np
 
 from orchestrator.config.train import TrainConfig
-from orchestrator.contracts.errors import LearnerDiedError, RunError
+from orchestrator.contracts.errors import LearnerDiedError, RunError, Terminated
 from orchestrator.data.stream import PromptStream
 from orchestrator.launch import Components
 from orchestrator.rewards.scoring import RewardScorer, StepRewards
 from orchestrator.rollout.parquet import rollout_table, write_parquet
 from orchestrator.rollout.samples import Ragged, StepSamples
-from orchestrator.training import dynamic_sampling, plots, staleness
+from orchestrator.training import dynamic_sampling, plots, staleness, stopping
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
 from orchestrator.training.control import ControlFile
@@ -81,19 +80,21 @@ class GRPORun:
             columns,
             config.reward_batch_samples,
             conversations,
+            timeout_s=config.reward_timeout_s,
         )
-        self._stop_requested = False
+        self._stop = stopping.GracefulStop()  # entered by `run`
         self._learner_restarts = 0
         self._control = ControlFile(run_dir.control)
         self._prefetch = Prefetcher(self._generate)
 
     def run(self) -> list[dict]:
-        """Run the remaining steps. Ctrl-C finishes the current step, checkpoints and returns;
-        a second Ctrl-C aborts at once. A learner that dies is restarted from the last checkpoint
-        (`learner.max_restarts`) and the steps after it run again, or the run stops saying how to resume."""
+        """Run the remaining steps. Ctrl-C or SIGTERM finishes the current step, checkpoints and stops
+        (stopping.py; SIGTERM then raises `Terminated`); a second one aborts at once. A learner that
+        dies is restarted from the last checkpoint (`learner.max_restarts`) and the steps after it run
+        again, or the run stops saying how to resume."""
         self._log = MetricsLog(self.run_dir.metrics)
         trackers = make_trackers(self.config.report_to, self.run_dir.root, self.config.model_dump(mode="json"))
-        previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        self._stop.install()
         try:
             step = self.first_step
             while step <= self.config.max_steps:
@@ -102,12 +103,18 @@ class GRPORun:
                 except LearnerDiedError as death:
                     step = self._restart_learner(death, step) + 1
                     continue
-                if self._stop_requested:
-                    print(f"stopped after step {step}; continue with: python -m orchestrator train --resume {self.run_dir.root}")
+                except OSError as error:  # a full disk: one line naming the file and how to resume
+                    self.run_dir.raise_if_disk_full(error, error.filename)
+                    raise
+                if self._stop.requested:
+                    resume = f"continue with: python -m orchestrator train --resume {self.run_dir.root}"
+                    if self._stop.requested == "SIGTERM":
+                        raise Terminated(f"terminated (SIGTERM): stopped after step {step}, checkpoint saved; {resume}")
+                    print(f"stopped after step {step}; {resume}")
                     break
                 step += 1
         finally:
-            signal.signal(signal.SIGINT, previous)
+            self._stop.restore()
             self._log.close()
             trackers.close()
             self._prefetch.shutdown()
@@ -116,14 +123,14 @@ class GRPORun:
     def _run_step(self, step: int, trackers) -> None:
         """One step, recorded (metrics line, trackers, progress line, plots) and checkpointed when due."""
         metrics = self.step(step)
-        if self.evaluation is not None and (self.evaluation.due(step) or self._stop_requested):
+        if self.evaluation is not None and (self.evaluation.due(step) or self._stop.requested):
             metrics.update(self._evaluate(step))
         self._log.write(metrics)
         trackers.log(metrics)
         print(progress_line(metrics, self.config.max_steps), flush=True)
         if "eval/reward_mean" in metrics:
             print(eval_progress_line(metrics), flush=True)
-        last = step == self.config.max_steps or self._stop_requested
+        last = step == self.config.max_steps or self._stop.requested
         if step % self.config.plot_steps == 0 or last:
             plots.draw(read_metrics(self.run_dir.metrics), self.run_dir.plots)
         if (self.config.save_steps and step % self.config.save_steps == 0) or last:
@@ -160,12 +167,6 @@ class GRPORun:
         self.stream.position = state.stream_position
         self.parts.pool.sync_weights(self.weights)
         return state.step
-
-    def _on_interrupt(self, signum, frame) -> None:
-        if self._stop_requested:
-            raise KeyboardInterrupt
-        self._stop_requested = True
-        print("\ninterrupt: finishing this step, then saving a checkpoint (Ctrl-C again to abort)", flush=True)
 
     def _generate(self, requests) -> tuple[StepSamples, StepRewards]:
         """The step's samples in request order, and its rewards (reward tasks started as groups came
@@ -306,4 +307,4 @@ class GRPORun:
         # A prefetched batch (async mode) is not trained on yet: a resumed run generates it again.
         position = self.stream.position - self._prefetch.groups_ahead
         state = ResumeState(step, position, self.weights.version, learner_fsdp=self.config.learner.fsdp)
-        return self.run_dir.write_checkpoint(step, self.parts.learner.save, state)
+        return self.run_dir.write_checkpoint(step, self.parts.learner.save, state, keep=self.config.save_total_limit)

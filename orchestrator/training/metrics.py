@@ -55,15 +55,15 @@ def tool_metrics(samples: StepSamples) -> dict[str, float]:
 
 
 class MetricsLog:
-    """Appends one JSON object per step to metrics.jsonl (flushed, so a crash loses nothing)."""
+    """Appends one JSON object per step to metrics.jsonl, unbuffered: a crash loses nothing, and a write
+    that fails (a full disk) fails once, leaving nothing for `close` to retry."""
 
     def __init__(self, path: Path):
         self.path = path
-        self._file = path.open("a", encoding="utf-8")
+        self._file = path.open("ab", buffering=0)
 
     def write(self, metrics: dict) -> None:
-        self._file.write(json.dumps(metrics, sort_keys=True) + "\n")
-        self._file.flush()
+        self._file.write((json.dumps(metrics, sort_keys=True) + "\n").encode())
 
     def close(self) -> None:
         self._file.close()

@@ -9,13 +9,17 @@
 
 Checkpoints and rollout files are written under a `.partial` name and renamed when complete, so a
 driver killed at any moment leaves only whole files under their final names; `--resume` removes
-the `.partial` leftovers and refuses a checkpoint that is damaged.
+the `.partial` leftovers and refuses a checkpoint that is damaged. With `save_total_limit: N` only
+the newest N complete checkpoints stay (those of the run before a `--resume` count too). A full
+disk stops the run with one line naming the file, the filesystem and the command that resumes it;
+a checkpoint that did not fit is removed, so `--resume` takes the one before it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import time
 import zipfile
@@ -23,11 +27,13 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.errors import RunError, UserError
 from orchestrator.contracts.learning import LEARNER_STATE
 from orchestrator.output_paths import check_creatable
+from orchestrator.training import disk_space
 
 STATE_FILE = "orchestrator_state.json"
+_CHECKPOINT_NAME = re.compile(r"step-\d+")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,23 +75,86 @@ class RunDir:
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / f"step-{step:06d}"
 
-    def write_checkpoint(self, step: int, save_learner, state: ResumeState) -> Path:
-        """Write `checkpoints/step-N` atomically: a crash mid-save leaves the last good one intact."""
+    def write_checkpoint(self, step: int, save_learner, state: ResumeState, keep: int | None = None) -> Path:
+        """Write `checkpoints/step-N` atomically: a crash mid-save leaves the last good one intact, and a
+        failed save leaves nothing behind. A full disk (found before the save: less free space than the
+        last checkpoint took; or by the failure) is a RunError naming the path and how to resume. With
+        `keep`, the oldest complete checkpoints beyond the newest `keep` go once this one is complete."""
         final = self.checkpoint(step)
         partial = final.with_name(final.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        save_learner(str(partial))
-        (partial / STATE_FILE).write_text(json.dumps(dataclasses.asdict(state)))
+        saved = self.complete_checkpoints()
+        need = disk_space.size(saved[-1]) if saved else 0
+        usage = shutil.disk_usage(self.checkpoints) if need else None
+        if usage is not None and usage.free < need:
+            raise RunError(self._no_space_message(final, usage, need))
+        try:
+            partial.mkdir(parents=True)
+            save_learner(str(partial))
+            (partial / STATE_FILE).write_text(json.dumps(dataclasses.asdict(state)))
+        except BaseException as error:
+            # asked while the half-written files still fill the disk
+            full = isinstance(error, Exception) and disk_space.short_of_space(error, self.checkpoints)
+            usage = shutil.disk_usage(self.checkpoints) if full else None
+            shutil.rmtree(partial, ignore_errors=True)
+            if full:
+                raise RunError(self._no_space_message(final, usage, need)) from None
+            raise
         shutil.rmtree(final, ignore_errors=True)
         partial.rename(final)
+        if keep is not None:
+            self.prune_checkpoints(keep, final)
         return final
+
+    def complete_checkpoints(self) -> list[Path]:
+        """The finished checkpoints, oldest first (an unfinished save is named `.partial`)."""
+        saved = [path for path in self.checkpoints.glob("step-*") if path.is_dir() and _CHECKPOINT_NAME.fullmatch(path.name)]
+        return sorted(saved, key=lambda path: int(path.name.removeprefix("step-")))
+
+    def prune_checkpoints(self, keep: int, newest: Path) -> None:
+        """Delete the oldest complete checkpoints beyond the newest `keep` (TRL's save_total_limit), those
+        a run left before a resume included; `newest`, the one just written, always stays."""
+        older = [path for path in self.complete_checkpoints() if path != newest]
+        for path in older[: max(len(older) - (keep - 1), 0)]:
+            doomed = path.with_name(path.name + ".partial")  # a kill mid-delete leaves a leftover, not a damaged checkpoint
+            shutil.rmtree(doomed, ignore_errors=True)
+            path.rename(doomed)
+            shutil.rmtree(doomed)
+
+    def raise_if_disk_full(self, error: BaseException, path: str | Path | None = None) -> None:
+        """Raise the RunError that stops the run, in one line, when `error` is a lack of space writing
+        `path` (None: some file of the run folder, then only if its filesystem is nearly full)."""
+        if disk_space.short_of_space(error, self.root, path_known=path is not None):
+            target = Path(path) if path is not None else None
+            usage = shutil.disk_usage(disk_space.existing(target if target is not None else self.root))
+            raise RunError(self._no_space_message(target, usage)) from None
+
+    def _no_space_message(self, target: Path | None, usage, need: int = 0) -> str:
+        """One line: what did not fit, where, the room there was (`usage`, shutil.disk_usage's), and how
+        to go on once there is more."""
+        mount = disk_space.mount_point(disk_space.existing(target if target is not None else self.root))
+        if target is None:
+            name = f"to the run folder {self.root.absolute()}"
+        elif target.absolute().is_relative_to(self.root.absolute()):
+            name = f"{target.absolute().relative_to(self.root.absolute())} ({target.absolute()})"
+        else:
+            name = str(target.absolute())
+        took = f", and the last checkpoint took {disk_space.size_text(need)}" if need else ""
+        saved = self.complete_checkpoints()
+        if saved:
+            then = f"then resume from {saved[-1].name} with: python -m orchestrator train --resume {self.root}"
+        else:
+            then = "then start the run again with another output_dir (no checkpoint was complete, so there is nothing to resume)"
+        return (
+            f"no space left on device writing {name}: {disk_space.size_text(usage.free)} free of {disk_space.size_text(usage.total)} "
+            f"on {mount}{took}; free space on {mount}, {then}"
+        )
 
     def latest_checkpoint(self) -> tuple[Path, ResumeState]:
         """The newest checkpoint, checked from its file headers. An unfinished save (`.partial`) is
         never a candidate; a damaged finished one is an error, not skipped: falling back silently
         would discard the steps after the older checkpoint."""
-        saved = sorted(p for p in self.checkpoints.glob("step-*") if p.is_dir() and "." not in p.name)
+        saved = self.complete_checkpoints()
         if not saved:
             raise UserError(
                 f"--resume {self.root}: no complete checkpoint in {self.checkpoints} (the run stopped before its first "
@@ -104,7 +173,12 @@ class RunDir:
         if self.metrics.is_file():
             kept = "".join(line + "\n" for line in self._metric_lines() if json.loads(line)["step"] <= step)
             partial = self.metrics.with_name(self.metrics.name + ".partial")  # a kill now must not lose the file
-            partial.write_text(kept)
+            try:
+                partial.write_text(kept)
+            except OSError as error:
+                partial.unlink(missing_ok=True)
+                self.raise_if_disk_full(error, self.metrics)
+                raise
             partial.replace(self.metrics)
         for path in self.rollouts.glob("step-*.parquet"):
             if int(path.stem.removeprefix("step-")) > step:

@@ -28,6 +28,7 @@ def test_yaml_plus_overrides(tmp_path):
         (["vllm_importance_sampling_mode=token"], "config key 'vllm_importance_sampling_mode': Input should be 'token_truncate'"),
         (["max_staleness=9"], "config key 'max_staleness': Input should be less than or equal to"),
         (["num_iterations=0"], "config key 'num_iterations': Input should be greater than or equal to 1"),
+        (["reward_timeout_s=0"], "config key 'reward_timeout_s': Input should be greater than 0"),
         (
             ["prompts_per_step=2", "num_generations=2", "steps_per_generation=5"],
             "steps_per_generation \\(5\\) is more than the samples of a step \\(4\\)",
