@@ -172,7 +172,8 @@ class EngineGroup:
             reported = ray.get(entry.ready)
         except ray.exceptions.RayError as error:
             self.kill(engine_id, entry.actor)
-            self._fail_or_warn(strict, f"engine {engine_id} failed to start: {error}")
+            # One line: the root cause vLLM's processes logged (workers/rollout/start_failure.py).
+            self._fail_or_warn(strict, f"engine {engine_id} failed to start: {reason(error)}")
             return False
         try:
             self._leftovers[engine_id] = self.launcher.leftovers(entry.actor)

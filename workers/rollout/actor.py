@@ -19,7 +19,8 @@ from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle
 from workers.rollout import shared_memory as shm
-from workers.rollout.processes import describe
+from workers.rollout import start_failure
+from workers.rollout.processes import describe, kill_survivors
 
 
 class RolloutWorker:
@@ -50,9 +51,25 @@ class RolloutWorker:
         from workers.tools.runner import RayToolRunner
 
         self._tools = RayToolRunner(node_id=self.node_id())  # its host actor shares this actor's fate
-        self._engine = RolloutEngine(*self._args, call_tool=self._tools)
-        await self._engine.warm_up()
+        began = start_failure.log_offsets()
+        try:
+            self._engine = RolloutEngine(*self._args, call_tool=self._tools)
+            await self._engine.warm_up()
+        except Exception as error:
+            self._clean_up_failed_start()
+            cause = start_failure.root_cause(began)
+            if cause is None:
+                raise
+            raise start_failure.EngineStartError(cause) from error
         return self._engine.tokenizer_fingerprint()
+
+    def _clean_up_failed_start(self) -> None:
+        """An engine that failed while starting never listed what it would leave (`leftovers`): end the
+        processes it started, and remove the entries of vLLM's kinds that appeared in /dev/shm since this
+        actor started and that no live process maps (another engine's are mapped by it)."""
+        kill_survivors(describe(shm.process_tree(os.getpid())[1:]))
+        appeared = shm.entries() - self._shm_before
+        shm.remove_leftovers([name for name in appeared if name.startswith(shm.VLLM_PREFIXES)], timeout_s=5.0)
 
     async def generate(self, request: GroupRequest) -> GroupResult:
         return await self._engine.generate(request)

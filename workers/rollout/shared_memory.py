@@ -26,6 +26,7 @@ from pathlib import Path
 from workers.rollout.processes import kill_survivors, running
 
 SHM = Path("/dev/shm")
+VLLM_PREFIXES = ("psm_", "sem.mp-")  # the kinds of entry vLLM's processes create (see above)
 PROC = Path("/proc")
 CLAIMS = Path(tempfile.gettempdir()) / "rollout-shm-claims"
 DELETED = " (deleted)"
