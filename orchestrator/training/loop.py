@@ -37,7 +37,7 @@ from orchestrator.training.metrics import MetricsLog, progress_line, read_metric
 from orchestrator.training.prefetch import Prefetcher
 from orchestrator.training.requests import build_requests, tokenize_prompts
 from orchestrator.training.run_dir import ResumeState, RunDir, resume_hint
-from orchestrator.training.trackers import make_trackers
+from orchestrator.training.trackers import Trackers, make_trackers
 from workers.weights.transport import LearnerSyncTimeout
 
 
@@ -85,6 +85,7 @@ class GRPORun:
         self._stop = stopping.GracefulStop()  # entered by `run`
         self._learner_restarts = 0
         self._control = ControlFile(run_dir.control)
+        self._trackers = Trackers([])  # `run` opens the configured ones
         self._prefetch = Prefetcher(self._generate)
 
     def run(self) -> list[dict]:
@@ -93,13 +94,15 @@ class GRPORun:
         dies is restarted from the last checkpoint (`learner.max_restarts`) and the steps after it run
         again, or the run stops saying how to resume."""
         self._log = MetricsLog(self.run_dir.metrics)
-        trackers = make_trackers(self.config.report_to, self.run_dir.root, self.config.model_dump(mode="json"))
+        self._trackers = make_trackers(
+            self.config.report_to, self.run_dir.root, self.config.model_dump(mode="json"), after_step=self.first_step - 1
+        )
         self._stop.install()
         try:
             step = self.first_step
             while step <= self.config.max_steps:
                 try:
-                    self._run_step(step, trackers)
+                    self._run_step(step)
                 except LearnerDiedError as death:
                     step = self._restart_learner(death, step) + 1
                     continue
@@ -116,17 +119,17 @@ class GRPORun:
         finally:
             self._stop.restore()
             self._log.close()
-            trackers.close()
+            self._trackers.close()
             self._prefetch.shutdown()
         return read_metrics(self.run_dir.metrics)
 
-    def _run_step(self, step: int, trackers) -> None:
+    def _run_step(self, step: int) -> None:
         """One step, recorded (metrics line, trackers, progress line, plots) and checkpointed when due."""
         metrics = self.step(step)
         if self.evaluation is not None and (self.evaluation.due(step) or self._stop.requested):
             metrics.update(self._evaluate(step))
         self._log.write(metrics)
-        trackers.log(metrics)
+        self._trackers.log(metrics)
         print(progress_line(metrics, self.config.max_steps), flush=True)
         if "eval/reward_mean" in metrics:
             print(eval_progress_line(metrics), flush=True)
@@ -164,6 +167,7 @@ class GRPORun:
         self._log.close()
         self.run_dir.forget_after(state.step)
         self._log = MetricsLog(self.run_dir.metrics)
+        self._trackers.rewind(state.step)
         self.stream.position = state.stream_position
         self.parts.pool.sync_weights(self.weights)
         return state.step

@@ -7,6 +7,11 @@ belongs to.
 
 Only numbers are sent (a checksum string stays in metrics.jsonl). W&B takes its project from
 WANDB_PROJECT (default "grpo-orchestrator") and names the run after the run folder.
+
+Steps after a checkpoint run again after a learner restart or a `--resume`. TensorBoard then hides
+what it had of them (`purge_step`), so each step shows once, with the values metrics.jsonl keeps. W&B
+takes only increasing steps: a new `--resume` is a new W&B run, and within one run it keeps the first
+values of a step that ran again and drops the rest (metrics.jsonl has the redone ones).
 """
 
 from __future__ import annotations
@@ -29,12 +34,25 @@ class Tracker(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    def rewind(self, step: int) -> None:
+        """The steps after `step` run again: what was logged of them is to be replaced (see above)."""
+
 
 class TensorBoardTracker(Tracker):
-    def __init__(self, run_root: Path):
+    def __init__(self, run_root: Path, after_step: int = 0):
+        """`after_step`: the run goes on from the checkpoint of that step (0: from the start)."""
+        self._folder = str(run_root / TENSORBOARD_DIR)
+        self._writer = self._open(after_step)
+
+    def _open(self, after_step: int):
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=str(run_root / TENSORBOARD_DIR))
+        # TensorBoard hides events of this step and later that earlier event files hold.
+        return SummaryWriter(log_dir=self._folder, purge_step=after_step + 1 if after_step else None)
+
+    def rewind(self, step: int) -> None:
+        self._writer.close()
+        self._writer = self._open(step)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         for name, value in metrics.items():
@@ -79,6 +97,10 @@ class Trackers:
         for tracker in self.trackers:
             tracker.log(numbers, int(metrics["step"]))
 
+    def rewind(self, step: int) -> None:
+        for tracker in self.trackers:
+            tracker.rewind(step)
+
     def close(self) -> None:
         for tracker in self.trackers:
             tracker.close()
@@ -95,8 +117,9 @@ def check_available(report_to: list[str]) -> None:
             )
 
 
-def make_trackers(report_to: list[str], run_root: Path, config: dict) -> Trackers:
+def make_trackers(report_to: list[str], run_root: Path, config: dict, after_step: int = 0) -> Trackers:
+    """`after_step`: a resumed run goes on from the checkpoint of that step."""
     made = []
     for name in report_to:
-        made.append(TensorBoardTracker(run_root) if name == "tensorboard" else WandbTracker(run_root, config))
+        made.append(TensorBoardTracker(run_root, after_step) if name == "tensorboard" else WandbTracker(run_root, config))
     return Trackers(made)

@@ -43,10 +43,10 @@ class _Transport:
         self.replaced += 1
 
 
-def _run(tmp_path):
+def _run(tmp_path, **settings):
     pool, learner, transport = _Pool(), _Learner(), _Transport()
     weights = PolicyWeights(learner, transport, version=3)
-    config = TrainConfig(prompts_per_step=2, num_generations=2, max_steps=4, output_dir=str(tmp_path / "run"))
+    config = TrainConfig(prompts_per_step=2, num_generations=2, max_steps=4, output_dir=str(tmp_path / "run"), **settings)
     run_dir = RunDir.create(config.output_dir)
     run_dir.prepare(config.model_dump(mode="json"))
     parts = Components(learner=learner, pool=pool, weights=weights, tokenizer=None)
@@ -70,3 +70,38 @@ def test_a_learner_that_died_otherwise_leaves_the_engines_to_the_sync(tmp_path):
     run, pool, _, _ = _run(tmp_path)
     run._restart_learner(LearnerDiedError("the learner died while training (out of memory)"), step=2)
     assert pool.calls == [("sync", 0)]
+
+
+def test_in_async_mode_the_batches_generated_ahead_are_dropped_and_the_stream_rewound(tmp_path):
+    """max_staleness 2: the batches ahead hold prompts the restarted learner has not trained on, from
+    the dead one's weights; they are dropped (the one generating is waited for), and the stream goes back
+    to the position of the checkpoint the learner restarts from."""
+    import threading
+
+    from orchestrator.contracts.errors import LearnerDiedError
+    from orchestrator.training.run_dir import ResumeState
+
+    run, pool, learner, _ = _run(tmp_path, max_staleness=2)
+    generating, release, generated = threading.Event(), threading.Event(), []
+
+    def generate(requests):
+        generating.set()
+        release.wait(timeout=10)
+        generated.append([request.group_id for request in requests])
+        return "batch"
+
+    run._prefetch._generate = generate
+    try:
+        run.stream.position = 6  # three steps of two prompts taken, the last two generated ahead
+        run._prefetch.submit(run._requests())
+        run._prefetch.submit(run._requests())
+        generating.wait(timeout=10)
+        checkpoint = run.run_dir.write_checkpoint(2, lambda folder: None, ResumeState(2, 4, 2))
+        run.run_dir.latest_checkpoint = lambda: (checkpoint, ResumeState(2, 4, 2))  # its files are not a model's
+        threading.Timer(0.2, release.set).start()
+        assert run._restart_learner(LearnerDiedError("the learner died while training"), step=3) == 2
+    finally:
+        run._prefetch.shutdown()
+    assert generated == [[6, 7]], "a batch waiting behind the one generating was generated for nothing"
+    assert not run._prefetch.running and run.stream.position == 4 and run.weights.version == 2
+    assert learner.restarted_from == [str(checkpoint)] and pool.calls == [("sync", 2)]

@@ -36,3 +36,22 @@ def test_wandb_offline_writes_its_run_in_the_run_folder(tmp_path, monkeypatch):
     trackers.log({"step": 1, "reward_mean": 0.5, "eval/reward_mean": 0.25})
     trackers.close()
     assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+
+
+def test_steps_that_run_again_show_once_in_tensorboard_with_their_new_values(tmp_path):
+    """A learner restart from the step-2 checkpoint, then a `--resume` from step 3: TensorBoard shows
+    each step once, as metrics.jsonl has it."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    trackers = make_trackers(["tensorboard"], tmp_path, {})
+    for step in (1, 2, 3, 4):
+        trackers.log({"step": step, "reward_mean": step})
+    trackers.rewind(2)  # the learner restarted from step 2's checkpoint
+    trackers.log({"step": 3, "reward_mean": 30})
+    trackers.close()
+    resumed = make_trackers(["tensorboard"], tmp_path, {}, after_step=3)  # --resume from step 3
+    resumed.log({"step": 4, "reward_mean": 40})
+    resumed.close()
+    events = EventAccumulator(str(tmp_path / TENSORBOARD_DIR))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("reward_mean")] == [(1, 1), (2, 2), (3, 30), (4, 40)]
