@@ -34,6 +34,7 @@ class Tracker(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    @abc.abstractmethod
     def rewind(self, step: int) -> None:
         """The steps after `step` run again: what was logged of them is to be replaced (see above)."""
 
@@ -77,6 +78,9 @@ class WandbTracker(Tracker):
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self._run.log(metrics, step=step)
+
+    def rewind(self, step: int) -> None:
+        pass  # W&B keeps the first values of a step logged twice (see above)
 
     def close(self) -> None:
         self._run.finish()
