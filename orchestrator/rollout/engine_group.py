@@ -192,7 +192,10 @@ class EngineGroup:
             except Exception as error:
                 self.kill(engine_id, entry.actor)
                 if isinstance(error, LearnerDiedError):
-                    raise  # the learner is dead or stuck, not this engine
+                    # The learner is dead or stuck, not this engine: a successor (not counted as a restart)
+                    # loads the weights of the learner that replaces it, so the pool keeps its size.
+                    self.add_engine()
+                    raise
                 self._fail_or_warn(strict, f"engine {engine_id} could not load the current weights: {reason(error)}")
                 return False
         self.actors[engine_id] = entry.actor

@@ -9,8 +9,10 @@ the model files.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -18,8 +20,8 @@ from orchestrator.contracts.fingerprint import TokenizerFingerprint
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle
+from workers.rollout import reaper, start_failure
 from workers.rollout import shared_memory as shm
-from workers.rollout import start_failure
 from workers.rollout.processes import describe, kill_survivors
 
 
@@ -42,6 +44,7 @@ class RolloutWorker:
         shm.sweep()  # what engines killed with their driver left on this node
         self._shm_before = shm.entries()  # what is in /dev/shm now is not this engine's
         self._claim = None
+        self._reaper = None  # reaper.py: ends the vLLM processes if this actor dies
         self._engine = None
         self._tools = None
 
@@ -107,6 +110,8 @@ class RolloutWorker:
         names = shm.owned_entries(pids, self._shm_before)
         started = describe(pids)
         self._claim = shm.write_claim(started, names)
+        if self._reaper is None and len(started) > 1:
+            self._reaper = reaper.start(started[0], started[1:])  # for when no one is left to clean up
         return started, names
 
     def shutdown(self) -> None:
@@ -118,3 +123,6 @@ class RolloutWorker:
         shutil.rmtree(self._folder, ignore_errors=True)
         if self._claim is not None:  # its processes removed their entries as they stopped
             self._claim.unlink(missing_ok=True)
+        if self._reaper is not None:  # it exits within a second of the engine's processes
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._reaper.wait(timeout=5)

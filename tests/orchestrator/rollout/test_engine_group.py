@@ -1,6 +1,7 @@
 """The engine group's edge cases, on real Ray. Admitting an engine when its first weight load goes
 wrong: an engine that fails it is dropped and the pool goes on; a dead or stuck learner is not blamed
-on the engine but reaches the caller, who restarts the learner (simulated engines). The end of a run
+on the engine but reaches the caller, who restarts the learner, and a successor engine starts so the
+pool keeps its size (simulated engines). The end of a run
 does not wait for an engine that never found a node (a replacement after a node was lost, when no
 other rollout node has room): it is cancelled, not asked to shut down."""
 
@@ -63,6 +64,10 @@ def test_a_learner_stuck_or_dead_while_a_new_engine_loads_reaches_the_caller(sim
     with pytest.raises(LearnerDiedError, match=str(error)):
         pool.engines.admit_ready(block=True)  # what `generate` does before it dispatches
     assert 2 not in pool.engines.actors and sorted(pool.engines.actors) == [0, 1]
+    # The engine was not at fault: a successor starts, to load the restarted learner's weights.
+    assert list(pool.engines.starting) == [3] and pool.engines.restarts == 0
+    pool.engines.on_engine_ready = None
+    assert pool.engines.admit_ready(block=True) == [3] and sorted(pool.engines.actors) == [0, 1, 3]
 
 
 def _raise(error):
