@@ -1,6 +1,9 @@
 """The short `train` run that the stop, kill and restart tests compare with its uninterrupted self."""
 
 import json
+import subprocess
+import sys
+import time
 
 STEPS = 6
 ARGS = [
@@ -16,3 +19,14 @@ ARGS = [
 
 def metrics(run) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def start_until(run, lines: int, *args: str, **popen) -> subprocess.Popen:
+    """`train *ARGS *args` on `run` in the background, returned once metrics.jsonl has `lines` lines
+    (the next step has started)."""
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "train", *ARGS, *args, f"output_dir={run}"], **popen)
+    deadline = time.monotonic() + 400
+    while not (run / "metrics.jsonl").is_file() or (run / "metrics.jsonl").read_text().count("\n") < lines:
+        assert proc.poll() is None and time.monotonic() < deadline, f"the run ended or stalled before step {lines + 1}"
+        time.sleep(0.01)
+    return proc

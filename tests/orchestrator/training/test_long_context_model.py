@@ -8,29 +8,17 @@ import sys
 
 import pytest
 
+from tests.random_llama import save_random_llama
+
 pytestmark = pytest.mark.engines
 
 
 def _long_context_model(folder, tokenizer_dir):
-    """Random weights, 8 layers of 4 heads of 64: a 32k-token sequence's KV cache is 512 MiB in float32,
-    twice the KV cache a CPU engine gets for a short run."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    """8 layers of 4 heads of 64: a 32k-token sequence's KV cache is 512 MiB in float32, twice the KV
+    cache a CPU engine gets for a short run."""
+    from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=8,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=32768,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=False,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
+    save_random_llama(folder, AutoTokenizer.from_pretrained(tokenizer_dir), hidden=256, heads=4, layers=8, context=32768)
 
 
 def test_a_model_with_a_32k_context_trains_with_the_default_settings(tmp_path, tiny):

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from tests.orchestrator.training.short_run import ARGS, STEPS
+from tests.orchestrator.training.short_run import STEPS, start_until
 
 pytestmark = pytest.mark.engines
 
@@ -42,16 +42,7 @@ def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(tmp_path, uni
     """SIGTERM is what Kubernetes sends a RayJob's driver: the same clean stop as Ctrl-C, but the exit
     status says the run did not finish."""
     run = tmp_path / "interrupted"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "train", *ARGS, f"output_dir={run}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 400
-    while not ((run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").read_text().count("\n") >= 2):
-        assert proc.poll() is None and time.monotonic() < deadline, "run ended or stalled before step 2"
-        time.sleep(0.05)
+    proc = start_until(run, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     engines = _engine_processes(proc)
     assert engines
     proc.send_signal(stop)

@@ -7,7 +7,6 @@ Marked slow (about 2.5 minutes on 2 cores): `make test PYTEST_ARGS="-m slow"` ru
 
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -15,7 +14,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from tests.orchestrator.training.short_run import ARGS, STEPS, metrics
+from tests.orchestrator.training.short_run import STEPS, metrics, start_until
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 STOP_AFTER = 2
@@ -23,17 +22,8 @@ STOP_AFTER = 2
 
 def test_a_wedged_engine_is_replaced_within_two_minutes_and_the_run_is_unchanged(tmp_path, uninterrupted_rewards):
     run = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "train", *ARGS, f"output_dir={run}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    deadline = time.monotonic() + 400
     # Right after a step's line the next step starts generating: the stopped engine holds its groups.
-    while not (run / "metrics.jsonl").is_file() or (run / "metrics.jsonl").read_text().count("\n") < STOP_AFTER:
-        assert proc.poll() is None and time.monotonic() < deadline, "run ended or stalled before the hang"
-        time.sleep(0.01)
+    proc = start_until(run, STOP_AFTER, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     cores = [p for p in psutil.Process(proc.pid).children(recursive=True) if "EngineCore" in " ".join(p.cmdline())]
     assert len(cores) == 1
     cores[0].send_signal(signal.SIGSTOP)

@@ -86,6 +86,22 @@ def _gradients(model):
     return grads
 
 
+def _trl_updates(trainer, batches: list[dict], config) -> tuple[list[float], list[float]]:
+    """TRL's training_step on each batch in turn (loss, backward, clipping, optimizer and scheduler
+    steps); each update's loss and clipped share."""
+    losses, clipped = [], []
+    for batch in batches:
+        loss = trainer.compute_loss(trainer.model, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), config.max_grad_norm)
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+        clipped.append(trainer._metrics["train"]["clip_ratio/region_mean"][-1])
+    return losses, clipped
+
+
 # Bounds the bf16 mismatch of these samples crosses, so every mode clips or masks some ratios.
 TIGHT = {"vllm_importance_sampling_clip_min": 0.9, "vllm_importance_sampling_clip_max": 1.05}
 
@@ -167,16 +183,7 @@ def test_two_updates_per_step_follow_trls_num_iterations(tiny, beta):
     samples = _samples(learner, tiny, seed=4)
     trainer, inputs = _trl_reference(learner, tiny, samples, np.random.default_rng(5).random(GROUPS * SIZE))
     trainer.create_optimizer_and_scheduler(num_training_steps=2)
-    losses, clipped = [], []
-    for _ in range(2):  # TRL's training_step on the same generation batch, twice
-        loss = trainer.compute_loss(trainer.model, inputs)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), config.max_grad_norm)
-        trainer.optimizer.step()
-        trainer.lr_scheduler.step()
-        trainer.optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss))
-        clipped.append(trainer._metrics["train"]["clip_ratio/region_mean"][-1])
+    losses, clipped = _trl_updates(trainer, [inputs, inputs], config)  # the same generation batch, twice
     assert clipped[0] == 0.0 and clipped[1] > 0.0  # the second update moved away from the old policy
 
     learner.packed = False  # TRL's layout
@@ -210,18 +217,11 @@ def test_the_parts_of_a_round_follow_trls_steps_per_generation(tiny, loss_type):
     parts = [part["completion_mask"] for part in step_inputs.round_parts(rows, 2, learner.round_seed())]
     assert sorted(np.concatenate(parts).tolist()) == list(range(GROUPS * SIZE)) and len(parts[0]) == len(parts[1])
     assert not all(np.diff(np.concatenate(parts)) > 0), "the round was not shuffled"
-    losses, clipped = [], []
-    for members in parts:  # TRL's training_step on each part of its buffered generation batch
-        index = torch.as_tensor(members)
-        part = {key: value[index] if torch.is_tensor(value) and value.ndim else value for key, value in inputs.items()}
-        loss = trainer.compute_loss(trainer.model, part)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), config.max_grad_norm)
-        trainer.optimizer.step()
-        trainer.lr_scheduler.step()
-        trainer.optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss))
-        clipped.append(trainer._metrics["train"]["clip_ratio/region_mean"][-1])
+    index = [torch.as_tensor(members) for members in parts]  # each part of TRL's buffered generation batch
+    batches = [
+        {key: value[rows] if torch.is_tensor(value) and value.ndim else value for key, value in inputs.items()} for rows in index
+    ]
+    losses, clipped = _trl_updates(trainer, batches, config)
     assert clipped[1] > 0.0  # the second part's update clipped against the policy before the first
 
     learner.packed = False  # TRL's layout
