@@ -163,6 +163,13 @@ class TrainConfig(GRPOSettings):
                 f"generated ahead (max_staleness {self.max_staleness}) cannot wait for: set max_staleness: 0 or "
                 "dynamic_sampling: false"
             )
+        shortest = self.num_generations * self.learner.workers  # a short step trains a group per learner rank
+        if self.dynamic_sampling and self.steps_per_generation > shortest:
+            raise ValueError(
+                f"steps_per_generation ({self.steps_per_generation}) is more than the samples of a step that "
+                f"dynamic_sampling cut short ({shortest}: one group per learner worker), which would leave updates with "
+                "nothing to train on: lower steps_per_generation"
+            )
         for key in ("name", "end"):
             values = [getattr(tool, key) for tool in self.tools]
             repeated = sorted({v for v in values if values.count(v) > 1})

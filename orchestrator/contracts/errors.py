@@ -15,6 +15,8 @@ class LearnerDiedError(RunError):
     The step loop restarts it from the last checkpoint (`learner.max_restarts`) or stops the run."""
 
 
-class Terminated(RunError):
+class Terminated(BaseException):
     """The driver got SIGTERM (Kubernetes deleting a RayJob or evicting its pod, `timeout`, a process
-    manager): the CLI prints the message and exits with 143, as a process ended by SIGTERM does."""
+    manager): the CLI prints the message and exits with 143, as a process ended by SIGTERM does. Like
+    KeyboardInterrupt it is not an `Exception`, so no `except Exception` on the way mistakes it for a
+    failure of what it interrupted."""

@@ -102,7 +102,7 @@ class GRPORun:
             step = self.first_step
             while step <= self.config.max_steps:
                 try:
-                    self._run_step(step)
+                    saved = self._run_step(step)
                 except LearnerDiedError as death:
                     step = self._restart_learner(death, step) + 1
                     continue
@@ -110,6 +110,8 @@ class GRPORun:
                     self.run_dir.raise_if_disk_full(error, error.filename)
                     raise
                 if self._stop.requested:
+                    if not saved:  # asked after this step decided not to checkpoint
+                        self.save(step)
                     resume = f"continue with: python -m orchestrator train --resume {self.run_dir.root}"
                     if self._stop.requested == "SIGTERM":
                         raise Terminated(f"terminated (SIGTERM): stopped after step {step}, checkpoint saved; {resume}")
@@ -123,10 +125,12 @@ class GRPORun:
             self._prefetch.shutdown()
         return read_metrics(self.run_dir.metrics)
 
-    def _run_step(self, step: int) -> None:
-        """One step, recorded (metrics line, trackers, progress line, plots) and checkpointed when due."""
+    def _run_step(self, step: int) -> bool:
+        """One step, recorded (metrics line, trackers, progress line, plots) and checkpointed when due;
+        returns whether it wrote a checkpoint. Ctrl-C evaluates before it stops; SIGTERM, whose sender
+        waits only so long, does not."""
         metrics = self.step(step)
-        if self.evaluation is not None and (self.evaluation.due(step) or self._stop.requested):
+        if self.evaluation is not None and (self.evaluation.due(step) or self._stop.requested == "SIGINT"):
             metrics.update(self._evaluate(step))
         self._log.write(metrics)
         self._trackers.log(metrics)
@@ -138,6 +142,8 @@ class GRPORun:
             plots.draw(read_metrics(self.run_dir.metrics), self.run_dir.plots)
         if (self.config.save_steps and step % self.config.save_steps == 0) or last:
             self.save(step)
+            return True
+        return False
 
     def _restart_learner(self, death: LearnerDiedError, step: int) -> int:
         """Replace a dead learner by one loaded from the last checkpoint, reload every engine with its

@@ -63,7 +63,9 @@ class MetricsLog:
         self._file = path.open("ab", buffering=0)
 
     def write(self, metrics: dict) -> None:
-        self._file.write((json.dumps(metrics, sort_keys=True) + "\n").encode())
+        line = memoryview((json.dumps(metrics, sort_keys=True) + "\n").encode())
+        while line:  # an unbuffered write may take part of it; the next try raises if the disk is full
+            line = line[self._file.write(line) :]
 
     def close(self) -> None:
         self._file.close()

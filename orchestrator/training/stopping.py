@@ -14,16 +14,21 @@ and no checkpoint is written. These handlers replace it; the cluster still goes 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 
 from orchestrator.contracts.errors import Terminated
 
+STARTING = "terminated (SIGTERM) before the run's first step; nothing was trained"
+ENDING = "terminated (SIGTERM) after the run's last step, while shutting down; its checkpoints are complete"
 
-def immediate() -> None:
-    """From now on SIGTERM raises `Terminated` in the main thread (Ctrl-C raises KeyboardInterrupt as always)."""
+
+def immediate(message: str = STARTING) -> None:
+    """From now on SIGTERM raises `Terminated(message)` in the main thread (Ctrl-C raises
+    KeyboardInterrupt as always)."""
 
     def on_sigterm(signum, frame):
-        raise Terminated("terminated (SIGTERM) while the run was starting; nothing was trained yet")
+        raise Terminated(message)
 
     signal.signal(signal.SIGTERM, on_sigterm)
 
@@ -41,9 +46,10 @@ class GracefulStop:
             self._previous[signum] = signal.signal(signum, self._on_signal)
 
     def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            with contextlib.suppress(TypeError):  # a handler installed from C cannot be put back from Python
-                signal.signal(signum, handler)
+        """The steps are over: Ctrl-C's handler goes back, and SIGTERM stops the shutdown at once."""
+        with contextlib.suppress(TypeError):  # a handler installed from C cannot be put back from Python
+            signal.signal(signal.SIGINT, self._previous[signal.SIGINT])
+        immediate(ENDING)
 
     def _on_signal(self, signum, frame) -> None:
         name = signal.Signals(signum).name
@@ -53,4 +59,5 @@ class GracefulStop:
             raise Terminated(f"terminated ({name}) while stopping; the last complete checkpoint is the one to resume from")
         self.requested = name
         again = "Ctrl-C" if signum == signal.SIGINT else name
-        print(f"\n{name}: finishing this step, then saving a checkpoint ({again} again to abort)", flush=True)
+        # os.write, not print: a handler that prints while the main thread prints would raise.
+        os.write(1, f"\n{name}: finishing this step, then saving a checkpoint ({again} again to abort)\n".encode())

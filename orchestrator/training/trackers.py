@@ -48,8 +48,8 @@ class TensorBoardTracker(Tracker):
     def _open(self, after_step: int):
         from torch.utils.tensorboard import SummaryWriter
 
-        # TensorBoard hides events of this step and later that earlier event files hold.
-        return SummaryWriter(log_dir=self._folder, purge_step=after_step + 1 if after_step else None)
+        # TensorBoard hides events of this step and later that earlier event files hold (none in a new run).
+        return SummaryWriter(log_dir=self._folder, purge_step=after_step + 1)
 
     def rewind(self, step: int) -> None:
         self._writer.close()

@@ -9,10 +9,8 @@ the model files.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -44,7 +42,7 @@ class RolloutWorker:
         shm.sweep()  # what engines killed with their driver left on this node
         self._shm_before = shm.entries()  # what is in /dev/shm now is not this engine's
         self._claim = None
-        self._reaper = None  # reaper.py: ends the vLLM processes if this actor dies
+        self._reaper = None  # reaper.py: ends the vLLM processes if this actor dies (it goes with it)
         self._engine = None
         self._tools = None
 
@@ -54,6 +52,8 @@ class RolloutWorker:
         from workers.tools.runner import RayToolRunner
 
         self._tools = RayToolRunner(node_id=self.node_id())  # its host actor shares this actor's fate
+        if self._reaper is None:  # ends vLLM's processes if this actor dies, even while starting (reaper.py)
+            self._reaper = reaper.start(describe([os.getpid()])[0])
         began = start_failure.log_offsets()
         try:
             self._engine = RolloutEngine(*self._args, call_tool=self._tools)
@@ -70,7 +70,7 @@ class RolloutWorker:
         """An engine that failed while starting never listed what it would leave (`leftovers`): end the
         processes it started, and remove the entries of vLLM's kinds that appeared in /dev/shm since this
         actor started and that no live process maps (another engine's are mapped by it)."""
-        kill_survivors(describe(shm.process_tree(os.getpid())[1:]))
+        kill_survivors(describe(self._engine_pids()))
         appeared = shm.entries() - self._shm_before
         shm.remove_leftovers([name for name in appeared if name.startswith(shm.VLLM_PREFIXES)], timeout_s=5.0)
 
@@ -106,13 +106,16 @@ class RolloutWorker:
         their start times: processes.py) and the /dev/shm entries they created (shared_memory.py).
         Asked once the engine is up; also written down on the node, for the next engine to clean up
         if no driver is left to."""
-        pids = shm.process_tree(os.getpid())
+        pids = [os.getpid(), *self._engine_pids()]
         names = shm.owned_entries(pids, self._shm_before)
         started = describe(pids)
         self._claim = shm.write_claim(started, names)
-        if self._reaper is None and len(started) > 1:
-            self._reaper = reaper.start(started[0], started[1:])  # for when no one is left to clean up
         return started, names
+
+    def _engine_pids(self) -> list[int]:
+        """The processes this actor started for its engine (vLLM's), its reaper left out."""
+        reaper_pid = self._reaper.pid if self._reaper is not None else None
+        return [pid for pid in shm.process_tree(os.getpid())[1:] if pid != reaper_pid]
 
     def shutdown(self) -> None:
         if self._tools is not None:
@@ -123,6 +126,3 @@ class RolloutWorker:
         shutil.rmtree(self._folder, ignore_errors=True)
         if self._claim is not None:  # its processes removed their entries as they stopped
             self._claim.unlink(missing_ok=True)
-        if self._reaper is not None:  # it exits within a second of the engine's processes
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._reaper.wait(timeout=5)

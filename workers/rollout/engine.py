@@ -85,6 +85,7 @@ class RolloutEngine:
         self._call_tool = call_tool
         self._staging = StagingBuffer()  # weights reach vLLM's workers through it
         self._loading = asyncio.Lock()
+        self._joining = False  # in the NCCL rendezvous of `init_nccl`
         if device == "cpu" and config.cpu_threads_bind is not None:  # read by vLLM's engine process as it starts
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = config.cpu_threads_bind
         self._llm = AsyncLLM.from_engine_args(engine_args(model, tokenizer_dir, config, device, seed, placeholder_weights))
@@ -187,9 +188,9 @@ class RolloutEngine:
     async def responsive(self, timeout_s: float) -> bool:
         """Whether vLLM's engine process answers a round trip within `timeout_s` (orchestrator/rollout/
         health.py). Its scheduler loop takes the call between two model steps, so a loaded engine
-        answers and a wedged or stopped one does not. A weight load under way counts as an answer:
-        generation is paused for it, and the sync has its own deadline."""
-        if self._loads.loading or self._loading.locked():
+        answers and a wedged or stopped one does not. A weight load or an NCCL rendezvous under way counts
+        as an answer: generation is paused for it, and the sync has its own deadline."""
+        if self._loads.loading or self._loading.locked() or self._joining:
             return True
         try:
             await asyncio.wait_for(self._llm.is_sleeping(), timeout_s)
@@ -227,7 +228,11 @@ class RolloutEngine:
         """GPU path: join the learner's NCCL weight-transfer group (blocks until all ranks join)."""
         from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
 
-        await self._llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
+        self._joining = True  # the engine process waits in the rendezvous: not wedged (see `responsive`)
+        try:
+            await self._llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
+        finally:
+            self._joining = False
 
     async def receive_nccl(self, metadata: dict, version: int) -> tuple[int, str]:
         """GPU path: the same pause -> load -> resume as `load_weights`, bytes over NCCL (a receive

@@ -3,55 +3,75 @@
 Ray kills an engine's actor process; vLLM's engine process (and, on a GPU, its worker processes) are
 its children and do not always follow it. One that is stopped (a wedged engine; SIGSTOP) never runs
 its own exit handling, and one whose node lost its raylet is reparented to init and keeps its memory,
-a GPU's included, which would block the replacement engine. So an engine names its processes once it
-is up, each with its start time (a pid is reused), and once it is killed, its node SIGKILLs those
-still running before removing what they left in /dev/shm (shared_memory.py): SIGKILL is the one
-signal a stopped process takes.
+a GPU's included, which would block the replacement engine. So an engine's processes are named by pid
+and start time (a pid is reused), and once the engine is killed, what still runs of them is
+SIGKILLed (shared_memory.py's clean-up, reaper.py): SIGKILL is the one signal a stopped process takes.
+
+The start time is the kernel's own: clock ticks since boot (`/proc/PID/stat`, field 22), which does
+not move when the wall clock is stepped, as a start time in seconds since the epoch would.
 """
 
 from __future__ import annotations
 
-Process = tuple[int, float]  # (pid, start time as psutil reports it)
+import os
+import signal
+import time
+from pathlib import Path
+
+Process = tuple[int, int]  # (pid, start time in clock ticks since boot)
+PROC = Path("/proc")
+
+
+def _stat(pid: int, proc: Path = PROC) -> tuple[str, int] | None:
+    """(state, start ticks) of a running pid, None if there is none."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # the name, in parentheses, may hold spaces
+    return fields[0], int(fields[19])  # fields 3 and 22 of proc(5)
 
 
 def describe(pids: list[int]) -> list[Process]:
     """`pids` with their start times (those already gone are left out)."""
-    import psutil
-
     described = []
     for pid in pids:
-        try:
-            described.append((pid, psutil.Process(pid).create_time()))
-        except psutil.Error:
-            continue
+        stat = _stat(pid)
+        if stat is not None:
+            described.append((pid, stat[1]))
     return described
 
 
-def running(processes: list[Process]) -> list:
-    """The psutil handles of `processes` that still run as the same process (same pid and start time)."""
-    import psutil
-
+def running(processes: list[Process]) -> list[Process]:
+    """Those of `processes` that still run as the same process (same pid and start time, not a zombie)."""
     alive = []
     for pid, started in processes:
-        try:
-            process = psutil.Process(pid)
-            if process.create_time() == started and process.status() != psutil.STATUS_ZOMBIE:
-                alive.append(process)
-        except psutil.Error:
-            continue
+        stat = _stat(pid)
+        if stat is not None and stat[1] == started and stat[0] != "Z":
+            alive.append((pid, started))
     return alive
 
 
 def kill_survivors(processes: list[Process], timeout_s: float = 10.0) -> list[int]:
     """SIGKILL those of `processes` still running and wait (up to `timeout_s`) for them to go;
     returns the pids killed."""
-    import psutil
-
     alive = running(processes)
-    for process in alive:
+    for pid, _ in alive:
         try:
-            process.kill()
-        except psutil.Error:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
             continue
-    psutil.wait_procs(alive, timeout=timeout_s)
-    return [process.pid for process in alive]
+    deadline = time.monotonic() + timeout_s
+    while running(alive) and time.monotonic() < deadline:
+        _reap(alive)
+        time.sleep(0.05)
+    return [pid for pid, _ in alive]
+
+
+def _reap(processes: list[Process]) -> None:
+    """Collect those that are this process's own children (a zombie of ours never goes by itself)."""
+    for pid, _ in processes:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue

@@ -34,6 +34,10 @@ def test_yaml_plus_overrides(tmp_path):
             "steps_per_generation \\(5\\) is more than the samples of a step \\(4\\)",
         ),
         (
+            ["dynamic_sampling=true", "num_generations=4", "steps_per_generation=8"],
+            "steps_per_generation \\(8\\) is more than the samples of a step that dynamic_sampling cut short \\(4",
+        ),
+        (
             ["learner.workers=2", "num_generations=8", "steps_per_generation=9"],
             "steps_per_generation \\(9\\) is more than the samples of a group \\(8\\), the least a learner worker",
         ),

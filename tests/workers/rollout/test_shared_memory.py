@@ -118,7 +118,7 @@ def test_a_sweep_ends_what_engines_whose_actor_is_gone_left_running_and_removes_
     survivor = subprocess.Popen(["sleep", "600"])  # its vLLM process, still running (stopped, or reparented)
     actor = subprocess.Popen(["sleep", "600"])  # the actor of an engine that still runs
     try:
-        killed = write_claim([(gone.pid, 1.0), *describe([survivor.pid])], ["psm_killed", "sem.mp-killed"], claims)
+        killed = write_claim([(gone.pid, 1), *describe([survivor.pid])], ["psm_killed", "sem.mp-killed"], claims)
         alive = write_claim(describe([actor.pid]), ["psm_alive"], claims)
         assert sorted(sweep(claims, proc, shm)) == ["psm_killed", "sem.mp-killed"]
         assert survivor.poll() is not None, "the killed engine's process still runs"
@@ -138,7 +138,7 @@ def test_only_the_same_process_is_killed_not_one_that_took_its_pid(tmp_path):
     process = subprocess.Popen(["sleep", "600"])
     try:
         [(pid, started)] = describe([process.pid])
-        assert kill_survivors([(pid, started + 1.0)]) == [] and process.poll() is None  # another start time
+        assert kill_survivors([(pid, started + 1)]) == [] and process.poll() is None  # another start time
         assert kill_survivors([(pid, started)]) == [pid] and process.poll() is not None
     finally:
         process.kill()
