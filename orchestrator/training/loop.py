@@ -221,7 +221,8 @@ class GRPORun:
             f"{self.config.max_staleness} policy versions ago; generating them again on policy {self.weights.version}",
             flush=True,
         )
-        again = [request for request in requests if request.group_id in set(stale)]
+        stale_ids = set(stale)
+        again = [request for request in requests if request.group_id in stale_ids]
         fresh, rewards = self._prefetch.call(self._generate, again)
         scores = rewards.scores()
         fresh.set_scores(scores)
