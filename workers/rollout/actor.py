@@ -107,7 +107,7 @@ class RolloutWorker:
         Asked once the engine is up; also written down on the node, for the next engine to clean up
         if no driver is left to."""
         pids = [os.getpid(), *self._engine_pids()]
-        names = shm.owned_entries(pids, self._shm_before)
+        names = sorted({*shm.owned_entries(pids, self._shm_before), *shm.unmapped_entries(self._shm_before)})
         started = describe(pids)
         self._claim = shm.write_claim(started, names)
         return started, names

@@ -7,6 +7,11 @@ a GPU's included, which would block the replacement engine. So an engine's proce
 and start time (a pid is reused), and once the engine is killed, what still runs of them is
 SIGKILLed (shared_memory.py's clean-up, reaper.py): SIGKILL is the one signal a stopped process takes.
 
+All but one kind: Python's multiprocessing resource tracker, which vLLM's processes share. It holds
+nothing of the engine's; it unlinks the named semaphores (`/dev/shm/sem.mp-*`) and shared memory that
+the processes it serves registered and did not release, once the last of them is gone, and then
+exits. Killed with them, it would leave those entries in /dev/shm for good.
+
 The start time is the kernel's own: clock ticks since boot (`/proc/PID/stat`, field 22), which does
 not move when the wall clock is stepped, as a start time in seconds since the epoch would.
 """
@@ -52,10 +57,19 @@ def running(processes: list[Process]) -> list[Process]:
     return alive
 
 
+def is_resource_tracker(pid: int, proc: Path = PROC) -> bool:
+    """Whether `pid` is a multiprocessing resource tracker (see above)."""
+    try:
+        command = (proc / str(pid) / "cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+    return b"multiprocessing.resource_tracker" in command
+
+
 def kill_survivors(processes: list[Process], timeout_s: float = 10.0) -> list[int]:
-    """SIGKILL those of `processes` still running and wait (up to `timeout_s`) for them to go;
-    returns the pids killed."""
-    alive = running(processes)
+    """SIGKILL those of `processes` still running, resource trackers left to exit on their own (see
+    above), and wait (up to `timeout_s`) for them to go; returns the pids killed."""
+    alive = [process for process in running(processes) if not is_resource_tracker(process[0])]
     for pid, _ in alive:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -7,7 +7,12 @@ or one that Ray killed along with its actor) leaves it behind. On Kubernetes /de
 memory-backed volume, so a run that replaces engines many times would fill it.
 
 So an engine names, once it is up, the entries its processes map that did not exist when its actor
-started (`owned_entries`): those are its own, never another engine's or the node's. Once the engine
+started (`owned_entries`): those are its own, never another engine's or the node's. With them go the
+entries of vLLM's kinds that appeared since and that no process maps at all (`unmapped_entries`):
+vLLM's worker leaves a semaphore so, for the multiprocessing resource tracker to unlink when the
+worker exits, and Ray kills the tracker together with the actor's other child processes. Nothing can
+be using an entry no process maps (a semaphore is mapped as soon as it is named), so removing one
+that another engine left is harmless. Once the engine
 is dead, `remove_leftovers`, run on the engine's node, removes those of them that no live process
 maps any more. The engine also writes them down on its node (`write_claim`), for when no driver is
 left to ask for that (it was killed, and Ray with it): the next engine to start there `sweep`s what
@@ -85,6 +90,12 @@ def owned_entries(pids: list[int], existed: set[str], proc: Path = PROC, shm_dir
     """The entries that `pids` (an engine's `process_tree`) map and that were not there before
     (`existed`, taken when the engine's actor started): what killing them would leave behind."""
     return sorted(mapped_by(pids, proc, shm_dir) - existed)
+
+
+def unmapped_entries(existed: set[str], proc: Path = PROC, shm_dir: Path = SHM) -> list[str]:
+    """The entries of vLLM's kinds that are not in `existed` and that no live process maps (see above)."""
+    appeared = {name for name in entries(shm_dir) - existed if name.startswith(VLLM_PREFIXES)}
+    return sorted(appeared - mapped_by(all_pids(proc), proc, shm_dir)) if appeared else []
 
 
 def write_claim(processes: list, names: list[str], claims_dir: Path = CLAIMS) -> Path:

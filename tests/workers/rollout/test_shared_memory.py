@@ -20,6 +20,7 @@ from workers.rollout.shared_memory import (
     process_tree,
     remove_leftovers,
     sweep,
+    unmapped_entries,
     write_claim,
 )
 
@@ -147,3 +148,60 @@ def test_only_the_same_process_is_killed_not_one_that_took_its_pid(tmp_path):
 
 def test_no_shm_folder_means_no_entries(tmp_path):
     assert entries(tmp_path / "missing") == set()
+
+
+def test_a_killed_process_semaphores_are_unlinked_by_its_resource_tracker_which_is_spared():
+    """vLLM's processes create multiprocessing semaphores (/dev/shm/sem.mp-*) through a resource
+    tracker process; killing the tracker with them would leave the semaphores for good."""
+    import sys
+
+    from workers.rollout.processes import is_resource_tracker, running
+
+    script = (
+        "import multiprocessing, time; lock = multiprocessing.get_context('spawn').Lock(); "
+        "print(lock._semlock.name, flush=True); time.sleep(60)"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    entry = Path("/dev/shm") / f"sem.{process.stdout.readline().strip().lstrip('/')}"
+    assert entry.exists()
+    tree = describe(process_tree(process.pid))
+    trackers = [pid for pid, _ in tree if is_resource_tracker(pid)]
+    assert trackers, "the spawn context started no resource tracker"
+    killed = kill_survivors(tree)
+    assert process.pid in killed and not set(trackers) & set(killed)
+    deadline = time.monotonic() + 10
+    while entry.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not entry.exists()
+    spared = describe(trackers)
+    while running(spared) and time.monotonic() < deadline:  # and then the tracker exits by itself
+        time.sleep(0.05)
+    assert not running(spared)
+
+
+def test_entries_no_process_maps_any_more_are_an_engines_as_well():
+    """What Ray leaves when it kills an engine's actor with all of its child processes, the resource
+    tracker included: a semaphore nothing maps any more. A segment still mapped is not among them."""
+    import signal
+    import sys
+
+    before = entries()
+    script = (
+        "import multiprocessing, time; lock = multiprocessing.get_context('spawn').Lock(); "
+        "print(lock._semlock.name, flush=True); time.sleep(60)"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    left = f"sem.{process.stdout.readline().strip().lstrip('/')}"
+    for pid in process_tree(process.pid):  # as Ray does: the tracker goes too, so nothing unlinks it
+        os.kill(pid, signal.SIGKILL)
+    process.wait()
+    segment = mp_shared_memory.SharedMemory(create=True, size=4096)  # mapped by this process
+    try:
+        unmapped = unmapped_entries(before)
+        assert left in unmapped and segment.name not in unmapped
+        assert left not in unmapped_entries(before | {left})
+        assert remove_leftovers(unmapped, timeout_s=0) == unmapped
+    finally:
+        segment.close()
+        segment.unlink()
+    assert not (SHM / left).exists()
