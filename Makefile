@@ -55,7 +55,7 @@ test: install lint
 # Regenerates every figure of the runs shown in README.md (plots and tables): the default run, the
 # tool-rollout demo, the chat demo and the DAPO recipe.
 docs: install
-	rm -rf runs/docs-default runs/docs-lookup runs/docs-chat runs/docs-dapo
+	rm -rf runs/docs-default runs/docs-lookup runs/docs-chat runs/docs-dapo runs/docs-chat-lora
 	$(PY) -m orchestrator train output_dir=runs/docs-default
 	mkdir -p docs
 	cp runs/docs-default/plots/reward.png docs/default-reward.png
@@ -70,6 +70,9 @@ docs: install
 	$(PY) -m orchestrator train --config configs/recipes/dapo.yaml output_dir=runs/docs-dapo
 	cp runs/docs-dapo/plots/reward.png docs/dapo-reward.png
 	$(PY) -m orchestrator report runs/docs-dapo > docs/dapo-run.md
+	$(PY) -m orchestrator train --config configs/chat/arithmetic-lora.yaml output_dir=runs/docs-chat-lora
+	cp runs/docs-chat-lora/plots/reward.png docs/chat-lora-reward.png
+	$(PY) -m orchestrator report runs/docs-chat-lora > docs/chat-lora-run.md
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache

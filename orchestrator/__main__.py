@@ -63,6 +63,18 @@ def _report_parser(commands) -> None:
     p.add_argument("run_dir", help="the output_dir of a train run")
 
 
+def _export_parser(commands) -> None:
+    p = commands.add_parser(
+        "export",
+        help="a LoRA checkpoint merged into its base model",
+        description="Merge a LoRA run's checkpoint (PEFT's adapter folder) into its base model and save a plain "
+        "transformers model folder, with the run's tokenizer.",
+    )
+    p.add_argument("checkpoint", help="a checkpoint folder of a LoRA run (RUN_DIR/checkpoints/step-N)")
+    p.add_argument("--out", required=True, help="the folder to write (must not exist)")
+    p.add_argument("--base-model", help="the base model (default: the one adapter_config.json names)")
+
+
 def _scale_parser(commands) -> None:
     p = commands.add_parser(
         "scale",
@@ -95,7 +107,7 @@ def _bench_parser(commands) -> None:
     p.add_argument(
         "--only",
         choices=["sync", "learner-memory", "correction"],
-        help="measure one part alone (sync: weight sync vs memcpy, about two minutes; learner-memory: the "
+        help="measure one part alone (sync: weight sync vs memcpy, of the whole model and of a LoRA adapter, a few minutes; learner-memory: the "
         "learner's peak memory for steps of --samples samples at --max-tokens-per-micro-batch, completions as in the "
         "realistic case, with a small and a 152k-token vocabulary: several minutes on an idle 2-core machine; "
         "correction: the learner's step time without and with the engine correction, and with an old log-probs "
@@ -148,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     _train_parser(commands)
     _report_parser(commands)
     _scale_parser(commands)
+    _export_parser(commands)
     _bench_parser(commands)
     _simulate_parser(commands)
     return parser

@@ -92,6 +92,7 @@ def start_training(
     from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
     from orchestrator.placement.gpus import with_learner_gpus
     from orchestrator.ray_runtime import cluster_gpus
+    from workers.weights.adapters import ADAPTER_CONFIG
     from workers.weights.factory import make_transport
 
     rollout = config.rollout
@@ -107,23 +108,32 @@ def start_training(
     config = with_learner_gpus(config, local=cluster.placement.mode == "local")  # learner.num_gpus null -> 0 or 1
     bundle = bundle_tokenizer(tokenizer)
     learner = LearnerGroup.start(cluster, config, model, bundle, resume_from, rollout.startup_timeout_s)
-    engine_files = TokenizerBundle({**bundle.files, "config.json": learner.model_config()})
+    engine_files = {**bundle.files, "config.json": learner.model_config()}
+    lora = config.lora is not None
+    if lora:  # engines start with LoRA on, and serve the adapter the learner sends (workers/weights/adapters.py)
+        engine_files[ADAPTER_CONFIG] = json.dumps(learner.adapter_config()).encode()
+    engine_files = TokenizerBundle(engine_files)
     transport = make_transport(
-        cluster.device, config.weight_sync.timeout_s, config.weight_sync.bucket_mb << 20, rollout.tensor_parallel_size
+        cluster.device,
+        config.weight_sync.timeout_s,
+        config.weight_sync.bucket_mb << 20,
+        rollout.tensor_parallel_size,
+        lora=lora,
     )
     warning = dtype_warning(cluster.device, rollout.dtype, config.learner.bf16, config.vllm_importance_sampling_correction)
     if warning:
         print(f"warning: {warning}", flush=True)
-    # On CPU each engine loads the weights as it is admitted; on GPU one NCCL group spans every engine,
-    # so they are all admitted first and synced together.
-    weights = PolicyWeights(learner, transport, policy_version, first_sync_together=cluster.device != "cpu")
+    # On CPU (and in a LoRA run) each engine loads the weights as it is admitted; on GPU one NCCL group
+    # spans every engine, so they are all admitted first and synced together.
+    together = cluster.device != "cpu" and not lora
+    weights = PolicyWeights(learner, transport, policy_version, first_sync_together=together, adapter=lora)
     longest_prompt = max_prompt_tokens or config.max_prompt_length or 0
     model_config = json.loads(engine_files.files["config.json"])
     sized_for = (model_config, config.samples_per_step, longest_prompt + config.max_completion_length)
     pool = start_pool(
         cluster, None, tokenizer, rollout, config.seed, engine_files, sized_for=sized_for, on_engine_ready=weights.load_into
     )
-    if cluster.device != "cpu":
+    if together:
         pool.sync_weights(weights)  # engines it finds dead are replaced, and load the weights as they are admitted
     return Components(learner=learner, pool=pool, weights=weights, tokenizer=tokenizer)
 

@@ -51,9 +51,14 @@ def check_model_folder(folder: Path, key: str) -> None:
 
 
 def model_folder_problem(folder: Path) -> str | None:
-    """What makes `folder` unloadable as a transformers model, or None. Reads file headers only:
-    a safetensors header lists every tensor's byte range, so a truncated file is caught without
-    reading the weights."""
+    """What makes `folder` unloadable as a transformers model (or, holding PEFT's adapter_config.json,
+    as a LoRA adapter), or None. Reads file headers only: a safetensors header lists every tensor's
+    byte range, so a truncated file is caught without reading the weights."""
+    if (folder / "adapter_config.json").is_file():
+        adapter = folder / "adapter_model.safetensors"
+        if not adapter.is_file():
+            return "adapter_model.safetensors is missing (expected a PEFT adapter folder, as written by save_pretrained)"
+        return _safetensors_problem(adapter)
     config = folder / "config.json"
     if not config.is_file():
         return "no config.json (expected a transformers model folder, as written by save_pretrained)"

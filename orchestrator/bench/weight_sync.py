@@ -3,7 +3,8 @@
 The learner and the pool start as in `train` (each engine takes the learner's weights as it is
 admitted); then `pool.sync_weights` pushes the weights to every engine a few times, exactly as the
 step loop does after each training step, and each sync is timed from the learner's packing to the
-last engine's verified checksum.
+last engine's verified checksum. With `lora` (a `lora:` section) the run trains an adapter, and
+each sync sends only the adapter, as a LoRA run's steps do.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import time
 from pathlib import Path
 
 
-def measure(model: Path, engines: int, syncs: int, prompts_per_step: int, n: int, max_tokens: int, seed: int) -> dict:
+def measure(
+    model: Path, engines: int, syncs: int, prompts_per_step: int, n: int, max_tokens: int, seed: int, lora: dict | None = None
+) -> dict:
     from orchestrator.config.train import TrainConfig
     from orchestrator.launch import canonical_tokenizer, start_training
 
@@ -24,6 +27,7 @@ def measure(model: Path, engines: int, syncs: int, prompts_per_step: int, n: int
         max_completion_length=max_tokens,
         seed=seed,
         rollout={"engines": engines},
+        lora=lora,
     )
     parts = start_training(config, str(model), canonical_tokenizer(config, str(model)))
     try:
@@ -43,6 +47,7 @@ def measure(model: Path, engines: int, syncs: int, prompts_per_step: int, n: int
         "seconds_each": seconds,
         "gb_per_s": nbytes / mean / 1e9,
         "memcpy_gb_per_s": memcpy_gbps(nbytes),
+        **({"lora_r": config.lora.r} if lora is not None else {}),
     }
 
 

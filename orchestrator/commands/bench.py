@@ -7,7 +7,8 @@ at most `--realistic-max-tokens`: where continuous batching counts). Generation:
 pool (same engine count) vs HF generate. Training: our loop vs TRL's GRPOTrainer alone. Weight
 sync vs a plain memory copy of the same bytes. Orchestration overhead:
 the share of step time outside generate, reward, train and sync. `--only sync` measures weight
-sync alone (about two minutes) and replaces only the sync figures of an existing `--out` file.
+sync alone, of the whole model and of a LoRA run's adapter (r=16 on every linear layer) on the
+same model (a few minutes), and replaces only the sync figures of an existing `--out` file.
 `--only learner-memory` measures the learner's peak memory as the step grows at a fixed
 `learner.max_tokens_per_micro_batch`, with a small and a 152k-token vocabulary
 (orchestrator/bench/learner_memory.py). `--only correction` times the learner's step without and
@@ -62,9 +63,9 @@ def run_bench(args: argparse.Namespace) -> int:
         flush=True,
     )
     if args.only == "sync":
-        result["sync"] = weight_sync.measure(
-            model, args.engines, args.syncs, args.prompts, args.num_generations, args.max_tokens, seed=0
-        )
+        work = (model, args.engines, args.syncs, args.prompts, args.num_generations, args.max_tokens)
+        result["sync"] = weight_sync.measure(*work, seed=0)
+        result["sync_lora"] = weight_sync.measure(*work, seed=0, lora={"r": 16})  # a LoRA run's step: the adapter
         print(_table(result))
         _save(args.out, result)
         return 0
@@ -192,6 +193,16 @@ def _table(r: dict) -> str:
             f"{sync['gb_per_s'] / sync['memcpy_gb_per_s']:.2f}x memcpy ({sync['memcpy_gb_per_s']:.1f} GB/s)",
         )
     )
+    if "sync_lora" in r:
+        lora = r["sync_lora"]
+        rows.append(
+            (
+                f"weight sync, LoRA r={lora['lora_r']} adapter",
+                f"{lora['bytes'] / 1e6:.2f} MB in {lora['seconds']:.3f}s",
+                f"{sync['seconds'] / lora['seconds']:.1f}x faster than the whole model, "
+                f"{sync['bytes'] / lora['bytes']:.0f}x fewer bytes",
+            )
+        )
     width = max(len(a) for a, _, _ in rows)
     lines = [f"| {'what':<{width}} | figure | ratio |", f"|{'-' * (width + 2)}|---|---|"]
     lines += [f"| {a:<{width}} | {b} | {c} |" for a, b, c in rows]

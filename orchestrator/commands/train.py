@@ -29,6 +29,11 @@ def run_train(args: argparse.Namespace) -> int:
 
             written = str(resume.learner_fsdp).lower()
             raise UserError(f"{checkpoint} was written with learner.fsdp={written}: resume with learner.fsdp={written}")
+        if (checkpoint / "adapter_config.json").is_file() != (config.lora is not None):
+            from orchestrator.contracts.errors import UserError
+
+            what = "a LoRA adapter" if config.lora is None else "a full model, not a LoRA adapter"
+            raise UserError(f"{checkpoint} holds {what}: resume with the lora: section the run was started with")
     else:
         config = load_config(TrainConfig, Path(args.config) if args.config else DEFAULT_CONFIG, args.overrides)
         run_dir, resume = RunDir.create(config.output_dir), None  # checked here, created after preflight

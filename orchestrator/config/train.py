@@ -170,6 +170,11 @@ class TrainConfig(GRPOSettings):
                 f"dynamic_sampling cut short ({shortest}: one group per learner worker), which would leave updates with "
                 "nothing to train on: lower steps_per_generation"
             )
+        if self.lora is not None and self.rollout.max_lora_rank is not None and self.lora.r > self.rollout.max_lora_rank:
+            raise ValueError(
+                f"lora.r ({self.lora.r}) is more than rollout.max_lora_rank ({self.rollout.max_lora_rank}), the largest "
+                "adapter rank the engines serve: raise rollout.max_lora_rank or lower lora.r"
+            )
         for key in ("name", "end"):
             values = [getattr(tool, key) for tool in self.tools]
             repeated = sorted({v for v in values if values.count(v) > 1})

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from orchestrator.contracts.lora import LoraSettings
 from orchestrator.contracts.strict import StrictModel
 
 LEARNER_STATE = "learner_state.pt"  # in a checkpoint: optimizer, scheduler, RNG, policy version (beside the HF model)
@@ -163,6 +164,9 @@ class GRPOSettings(StrictModel):
     seed: int = Field(42, description="Seeds the prompt stream, sampling and the learner.")
     max_steps: int = Field(20, ge=1, description="Optimizer steps (one per generation round).")
     learner: LearnerConfig = Field(default_factory=LearnerConfig, description="The learner actor.")
+    lora: LoraSettings | None = Field(
+        None, description="Train a LoRA adapter (PEFT) instead of every weight; only the adapter is synced. null: off."
+    )
 
     @model_validator(mode="after")
     def _check_learner(self) -> GRPOSettings:
@@ -186,6 +190,17 @@ class GRPOSettings(StrictModel):
             )
         if self.learner.fsdp and self.learner.workers == 1:
             raise ValueError("learner.fsdp shards the model over learner workers: set learner.workers to 2 or more")
+        if self.lora is not None and self.learner.fsdp:
+            raise ValueError(
+                "lora with learner.fsdp is not supported: an adapter is small, so data parallelism (learner.fsdp: false, "
+                "learner.workers > 1) trains it; the base model must then fit one learner worker"
+            )
+        if self.lora is not None and self.added_tokens:
+            raise ValueError(
+                f"lora with added_tokens {self.added_tokens}: the new tokens' embedding rows would be new weights, which an "
+                "adapter does not carry (and vLLM cannot serve them trained whole); use a tokenizer that has the tokens, "
+                "or train the full model (lora: null)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -57,3 +57,8 @@ class RolloutConfig(StrictModel):
         "of a long prefill can take longer), not one group; request_timeout_s stays the bound on a group.",
     )
     max_restarts: int = Field(8, ge=0, description="Dead engines replaced per run before the pool stops replacing.")
+    max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] | None = Field(
+        None,
+        description="LoRA runs (lora:): the largest adapter rank the engines serve (vLLM's max_lora_rank, one of the "
+        "values vLLM accepts). null: the smallest of them that holds lora.r. Larger costs engine memory.",
+    )

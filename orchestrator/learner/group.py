@@ -78,6 +78,10 @@ class LearnerGroup:
         """The model's config.json as the learner holds it (what engines start from)."""
         return self._call("sending the model config", self.lead.model_config.remote())
 
+    def adapter_config(self) -> dict | None:
+        """A LoRA run's adapter_config.json (PEFT's), with which engines serve the adapter; None without LoRA."""
+        return self._call("sending the adapter config", self.lead.adapter_config.remote())
+
     def train_step(self, batch: dict, group_ids: np.ndarray | None = None) -> dict[str, float]:
         """One optimizer step on the step's batch; `group_ids` (each row's group) is needed with more
         than one rank, which each get whole groups. Returns the step's metrics (every rank's are the
@@ -95,13 +99,15 @@ class LearnerGroup:
             return self._call_all("saving a checkpoint", [rank.save.remote(folder) for rank in self.ranks])[0]
         return self._call("saving a checkpoint", self.lead.save.remote(folder))
 
-    def sync(self, transport: WeightTransport, engines: dict[int, object], version: int) -> SyncReport:
+    def sync(
+        self, transport: WeightTransport, engines: dict[int, object], version: int, adapter_only: bool = False
+    ) -> SyncReport:
         """`transport.sync` from the lead rank. Its death becomes `LearnerDiedError`, as a learner stuck
         past the deadline already is (`LearnerSyncTimeout`); engine deaths stay in the report."""
         import ray
 
         try:
-            return transport.sync(self.lead, engines, version)
+            return transport.sync(self.lead, engines, version, adapter_only)
         except ray.exceptions.RayActorError as error:  # an engine's death is reported, never raised
             raise self._died("publishing weights", error) from None
 

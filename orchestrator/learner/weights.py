@@ -16,10 +16,19 @@ from workers.weights.transport import SyncReport, WeightSyncError, WeightTranspo
 
 
 class PolicyWeights:
-    def __init__(self, learner: LearnerGroup, transport: WeightTransport, version: int, first_sync_together: bool = False):
+    def __init__(
+        self,
+        learner: LearnerGroup,
+        transport: WeightTransport,
+        version: int,
+        first_sync_together: bool = False,
+        adapter: bool = False,
+    ):
         """`first_sync_together`: engines admitted before the first `sync` take no weights on their own
-        (the NCCL group is opened for all of them together by that sync)."""
+        (the NCCL group is opened for all of them together by that sync). `adapter`: a LoRA run, whose
+        engines take the base weights once, as they are admitted, and then only the adapter."""
         self.learner = learner
+        self.adapter = adapter
         self.transport = transport
         self.version = version
         self._together = first_sync_together
@@ -27,7 +36,7 @@ class PolicyWeights:
     def sync(self, engines: dict[int, object]) -> SyncReport:
         """Every engine holds `version` when this returns, or is listed in the report's `dead`."""
         self._together = False
-        return self.learner.sync(self.transport, engines, self.version)
+        return self.learner.sync(self.transport, engines, self.version, adapter_only=self.adapter)
 
     def load_into(self, engine_id: int, actor) -> None:
         """A new engine's first weights, before it serves; raises if it did not take them."""

@@ -80,9 +80,17 @@ def progress_line(metrics: dict, max_steps: int) -> str:
     return (
         f"step {m['step']:>4}/{max_steps} | reward {m['reward_mean']:.3f} ± {m['reward_std']:.3f} | "
         f"{m['samples_per_s']:.1f} samples/s | gen {m['time/generate']:.2f}s reward {m['time/reward']:.2f}s "
-        f"train {m['time/train']:.2f}s sync {m['time/sync']:.2f}s | len {m['completion_length/mean']:.1f} | "
+        f"train {m['time/train']:.2f}s sync {m['time/sync']:.2f}s{_synced(m)} | len {m['completion_length/mean']:.1f} | "
         f"{_learner_figures(m)}{_policy_figures(m)}{_filling(m)} | v{m['policy_version']}{_lag(m)}"
     )
+
+
+def _synced(m: dict) -> str:
+    """The bytes the step's weight sync sent to each engine: the model's, or in a LoRA run the adapter's."""
+    if "weight_sync/bytes" not in m:
+        return ""
+    size = m["weight_sync/bytes"]
+    return f" ({size / 1e6:.2f} MB)" if size < 1e9 else f" ({size / 1e9:.2f} GB)"
 
 
 def _lag(m: dict) -> str:

@@ -49,6 +49,10 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
     template = read_chat_template(config.chat_template)
     tokenizer = load_tokenizer(tokenizer_from or tokenizer_name, config.added_tokens, chat_template=template)
     _check_embedding_size(model, tokenizer, resized=bool(config.added_tokens))
+    if config.lora is not None:
+        from workers.learner.lora import check_model
+
+        check_model(model, config.lora)
     check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
     records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.prompts)
     prompt_ids = tokenize_prompts([record["prompt"] for record in records], tokenizer, chat)

@@ -7,9 +7,12 @@ for correctness"); on CPU that sleep was a tenth of every weight sync. `pause_ke
 the same pause without it, so it reaches the engine's `renderer` and `engine_core`, attributes
 vLLM makes no promise about.
 
+Before a LoRA run starts, `supports_lora` asks vLLM's model registry whether the model's
+architecture takes adapters, through a private lookup (`ModelRegistry._try_load_model_cls`).
+
 Importing this module checks the installed vLLM and refuses another release: move `PINNED` only
 after comparing `pause_keep_requests` with `AsyncLLM.pause_generation` in the new
-`vllm/v1/engine/async_llm.py`.
+`vllm/v1/engine/async_llm.py`, and `supports_lora` with `vllm/model_executor/models/registry.py`.
 """
 
 from __future__ import annotations
@@ -42,3 +45,14 @@ async def pause_keep_requests(llm) -> None:
 
 
 check_version()
+
+
+def supports_lora(architecture: str) -> bool | None:
+    """Whether vLLM serves LoRA adapters for a model `architecture` (config.json's `architectures`);
+    None for an architecture vLLM does not know. vLLM 0.32 has no public form of this:
+    `ModelRegistry._try_load_model_cls` imports the model's class (the `SupportsLoRA` interface)."""
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.interfaces import supports_lora as has_lora
+
+    model_class = ModelRegistry._try_load_model_cls(architecture)
+    return None if model_class is None else has_lora(model_class)

@@ -67,11 +67,15 @@ class Learner:
         return self._learner.train_step(batch)
 
     # Object-store path (workers/weights/object_store.py).
-    def publish_weights(self, bucket_bytes: int) -> tuple[list, int]:
-        """Put the weights in Ray's object store in buckets; returns (bucket refs, bytes)."""
+    def publish_weights(self, bucket_bytes: int, adapter_only: bool = False) -> tuple[list, int]:
+        """Put the weights (a LoRA run's `adapter_only`: its adapter) in Ray's object store in buckets;
+        returns (bucket refs, bytes)."""
         from workers.weights.object_store import publish
 
-        return publish(self._learner.named_weights(), bucket_bytes)
+        return publish(self._learner.named_weights(adapter_only), bucket_bytes)
+
+    def adapter_config(self) -> dict | None:
+        return self._learner.adapter_config()
 
     def published_checksum(self, bucket_refs: list) -> str:
         from workers.weights.object_store import published_checksum

@@ -33,6 +33,7 @@ keeps the gathered weights for publishing and checkpoints.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import tempfile
 import time
@@ -43,7 +44,7 @@ import torch
 from orchestrator.contracts.learning import LEARNER_STATE, GRPOSettings
 from workers.fences import transformers as fenced_transformers
 from workers.fences import trl as fenced_trl
-from workers.learner import importance_sampling, micro_batches, packing, sharding, step_inputs
+from workers.learner import importance_sampling, lora, micro_batches, packing, sharding, step_inputs
 from workers.learner.model_setup import load_model, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ class GRPOLearner:
         self.updates = config.max_steps * config.num_iterations * config.steps_per_generation
         self._scratch = tempfile.TemporaryDirectory(prefix="grpo-learner-")
         self.tokenizer = load_tokenizer(tokenizer, config.added_tokens, chat_template=config.chat_template)
+        if config.lora is not None and isinstance(model, str) and lora.is_adapter_folder(model):
+            model = lora.base_of(model)  # a LoRA checkpoint: its base model; load_state adds the adapter
         model = load_model(model, self.tokenizer, resize=bool(config.added_tokens))
         # num_gpus null (not decided by a cluster, e.g. built directly): a GPU if this process sees one.
         use_cpu = not torch.cuda.is_available() or config.learner.num_gpus == 0
@@ -115,6 +118,7 @@ class GRPOLearner:
             args=args,
             train_dataset=Dataset.from_dict({"prompt": ["unused"]}),
             processing_class=self.tokenizer,
+            peft_config=None if config.lora is None else lora.peft_config(config.lora),
         )
         self.trainer.create_optimizer_and_scheduler(num_training_steps=self.updates)
         # Micro-batches are weighted by `_share` instead: TRL's accumulation divides every micro-batch's
@@ -323,7 +327,7 @@ class GRPOLearner:
                 logps = self._logps(self.model, chunk)
                 old[rows, : logps.size(1)] = logps[: len(members)]
                 if reference is not None:
-                    logps = self._logps(self.trainer.ref_model, chunk)
+                    logps = self._reference_logps(chunk)
                     reference[rows, : logps.size(1)] = logps[: len(members)]
         if self.sharded:
             sharding.reshard(self.model)
@@ -371,7 +375,7 @@ class GRPOLearner:
             chunk_mask = step_inputs.loss_mask(chunk)
             if self.config.beta != 0.0 and "ref_per_token_logps" not in chunk:
                 with torch.no_grad():
-                    chunk["ref_per_token_logps"] = self._logps(self.trainer.ref_model, chunk)
+                    chunk["ref_per_token_logps"] = self._reference_logps(chunk)
             # TRL's token-level losses (dapo, cispo, vespo) divide by this, the whole round's token count
             # (over steps_per_generation, which TRL's config holds), so micro-batch losses add up to the part's loss.
             chunk["num_items_in_batch"] = step.round_tokens
@@ -421,15 +425,33 @@ class GRPOLearner:
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         return fenced_trl.per_token_logps(self.trainer, model, input_ids, attention_mask, inputs["completion_ids"].size(1))
 
+    def _reference_logps(self, inputs) -> torch.Tensor:
+        """The reference model's log-probs (beta > 0): TRL's reference model, or with LoRA the adapter off."""
+        if self.config.lora is None:
+            return self._logps(self.trainer.ref_model, inputs)
+        with lora.reference(self.trainer.accelerator.unwrap_model(self.model)):
+            return self._logps(self.model, inputs)
+
     def _gather_weights(self) -> None:
         """Sharded, every rank gathers the new weights with the others, and rank 0 keeps them whole."""
         self._whole_weights = sharding.whole_weights(self.model) if self.sharded else None
 
-    def named_weights(self):
-        """(HF name, tensor) for every weight, as vLLM's loaders expect them (sharded: on rank 0 only)."""
+    def named_weights(self, adapter_only: bool = False):
+        """(HF name, tensor) for every weight, as vLLM's loaders expect them (sharded: on rank 0 only). With
+        LoRA the base weights and then the adapter's, under PEFT's names; `adapter_only`: the adapter's."""
         if self.sharded:
             return self._whole_weights.items()
-        return self.trainer.accelerator.unwrap_model(self.model).state_dict().items()
+        model = self.trainer.accelerator.unwrap_model(self.model)
+        if self.config.lora is None:
+            return model.state_dict().items()
+        base = [] if adapter_only else lora.base_weights(model)
+        return itertools.chain(base, lora.adapter_weights(model))
+
+    def adapter_config(self) -> dict | None:
+        """PEFT's adapter_config.json of a LoRA run (engines serve the adapter with it); None without LoRA."""
+        if self.config.lora is None:
+            return None
+        return lora.adapter_config(self.trainer.accelerator.unwrap_model(self.model))
 
     def save(self, folder: str) -> None:
         """An HF checkpoint (model + canonical tokenizer) that transformers and vLLM load as is, plus
@@ -439,7 +461,10 @@ class GRPOLearner:
         if not self.trainer.accelerator.is_main_process:
             return
         model = self.trainer.accelerator.unwrap_model(self.model)
-        model.save_pretrained(folder, safe_serialization=True, state_dict=self._whole_weights)
+        if self.config.lora is not None:
+            lora.save_adapter(model, folder)  # PEFT's adapter folder, naming the base model
+        else:
+            model.save_pretrained(folder, safe_serialization=True, state_dict=self._whole_weights)
         self.tokenizer.save_pretrained(folder)
         state = {
             **optimizer,
@@ -450,7 +475,10 @@ class GRPOLearner:
         torch.save(state, f"{folder}/{LEARNER_STATE}")
 
     def load_state(self, folder: str) -> None:
-        """Continue exactly where `save` left off (the weights come from the same folder)."""
+        """Continue exactly where `save` left off (the weights come from the same folder; with LoRA the
+        base model was loaded from where the checkpoint says, and the adapter is loaded here)."""
+        if self.config.lora is not None:
+            lora.load_adapter(self.trainer.accelerator.unwrap_model(self.model), folder)
         path = f"{folder}/{LEARNER_STATE}"
         state = sharding.read_learner_state(path) if self.sharded else torch.load(path, weights_only=False)
         written_sharded = sharding.WHOLE_OPTIMIZER in state

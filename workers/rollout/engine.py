@@ -3,7 +3,9 @@
 A plain class (no Ray in it) around vLLM's `AsyncLLM`: continuous batching across all groups in
 flight, and pause/resume for weight updates (workers/weights/loading.py: a load that fails part-way never
 resumes, and the engine then refuses to generate). It is built with the canonical tokenizer from a
-folder the caller wrote, and it reports the fingerprint of the tokenizer vLLM really loaded.
+folder the caller wrote, and it reports the fingerprint of the tokenizer vLLM really loaded. When that
+folder holds PEFT's adapter_config.json (a LoRA run) it starts with vLLM's LoRA support on and serves
+every request with the adapter the learner sent last (workers/weights/adapters.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import json
 import os
 from pathlib import Path
 from typing import Literal
@@ -22,7 +25,8 @@ from orchestrator.contracts.tools import ToolUse
 from workers.fences import vllm as fenced_vllm
 from workers.rollout.multi_turn import CallTool, Vocabulary, run_sample
 from workers.rollout.sampling import to_samples, to_turn, turn_params, turn_seed, vllm_params
-from workers.weights.buckets import WeightBucket
+from workers.weights import adapters
+from workers.weights.buckets import WeightBucket, checksum
 from workers.weights.loading import WeightLoads
 from workers.weights.staging import StagingBuffer
 
@@ -30,11 +34,22 @@ Device = Literal["cpu", "cuda"]
 CPU_KV_CACHE_BYTES = 256 << 20
 
 
+# vLLM's accepted `max_lora_rank` values (vllm/config/lora.py: MaxLoRARanks).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
 def engine_args(
-    model: str, tokenizer_dir: Path, config: RolloutConfig, device: Device, seed: int, placeholder_weights: bool = False
+    model: str,
+    tokenizer_dir: Path,
+    config: RolloutConfig,
+    device: Device,
+    seed: int,
+    placeholder_weights: bool = False,
+    lora_rank: int | None = None,
 ):
     """The vLLM engine arguments for one rollout engine on `device`. With `placeholder_weights`
-    the engine starts from the model config alone and must be sent weights before it serves."""
+    the engine starts from the model config alone and must be sent weights before it serves; with
+    `lora_rank` it serves one LoRA adapter of at most that rank (vLLM's `max_lora_rank`)."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     on_cpu = device == "cpu"
@@ -60,7 +75,16 @@ def engine_args(
         load_format="dummy" if placeholder_weights else "auto",
         worker_extension_cls="workers.weights.vllm_worker.WeightReceiver",
         weight_transfer_config=None if on_cpu else {"backend": "nccl"},
+        **({"enable_lora": True, "max_lora_rank": lora_rank, "max_loras": 1} if lora_rank else {}),
     )
+
+
+def max_lora_rank(config: RolloutConfig, rank: int) -> int:
+    """The engines' `max_lora_rank` for an adapter of rank `rank`: `rollout.max_lora_rank`, or the
+    smallest value vLLM accepts that holds it."""
+    if config.max_lora_rank is not None:
+        return config.max_lora_rank
+    return next(allowed for allowed in LORA_RANKS if allowed >= rank)
 
 
 class RolloutEngine:
@@ -86,9 +110,17 @@ class RolloutEngine:
         self._staging = StagingBuffer()  # weights reach vLLM's workers through it
         self._loading = asyncio.Lock()
         self._joining = False  # in the NCCL rendezvous of `init_nccl`
+        # A LoRA run's bundle holds PEFT's adapter_config.json: the engine serves the adapter the learner sends.
+        adapter_config = tokenizer_dir / adapters.ADAPTER_CONFIG
+        self._adapter_config = json.loads(adapter_config.read_text()) if adapter_config.is_file() else None
+        self._adapter_dir = tokenizer_dir / "adapter"
+        self._lora = None  # the LoRARequest every request carries, once an adapter is loaded
+        rank = max_lora_rank(config, self._adapter_config["r"]) if self._adapter_config else None
         if device == "cpu" and config.cpu_threads_bind is not None:  # read by vLLM's engine process as it starts
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = config.cpu_threads_bind
-        self._llm = AsyncLLM.from_engine_args(engine_args(model, tokenizer_dir, config, device, seed, placeholder_weights))
+        self._llm = AsyncLLM.from_engine_args(
+            engine_args(model, tokenizer_dir, config, device, seed, placeholder_weights, lora_rank=rank)
+        )
         self._loads = WeightLoads(engine_id, pause=self._pause, resume=self._llm.resume_generation)
         tokenizer = self._llm.get_tokenizer()
         self._eos_id = tokenizer.eos_token_id
@@ -181,7 +213,8 @@ class RolloutEngine:
         request_id = f"e{self.engine_id}-{name}-{next(self._request_ids)}"
         request_ids.append(request_id)
         final = None
-        async for output in self._llm.generate({"prompt_token_ids": prompt_ids}, params, request_id):
+        prompt = {"prompt_token_ids": prompt_ids}
+        async for output in self._llm.generate(prompt, params, request_id, lora_request=self._lora):
             final = output
         return final
 
@@ -201,23 +234,45 @@ class RolloutEngine:
     async def load_weights(self, buckets: list[WeightBucket], version: int) -> tuple[int, str]:
         """Lay the buckets out in shared memory, then pause, load them in place, resume; requests in
         flight are kept, not dropped. Staging first keeps the copy out of the pause. A load that
-        fails (or whose workers disagree) raises `WeightLoadFailedError` and never resumes."""
+        fails (or whose workers disagree) raises `WeightLoadFailedError` and never resumes. In a LoRA
+        run the adapter's buckets replace the adapter served (workers/weights/adapters.py)."""
+        base, adapter = adapters.split(buckets)
+        if adapter and self._adapter_config is None:
+            raise ValueError(f"engine {self.engine_id} was sent a LoRA adapter but was not started for one")
 
         async def load() -> str:
-            try:
-                checksums = await self._llm.collective_rpc("load_weight_buckets", args=(staged,))
-            finally:
-                self._staging.attached()
-            if len(set(checksums)) != 1:
-                raise RuntimeError(f"workers loaded different weights: {checksums}")
-            return checksums[0]
+            base_digest = await self._load_base(staged) if base else None
+            adapter_digest = await self._load_adapter(adapter) if adapter else None
+            return adapters.combined_checksum(base_digest, adapter_digest)
 
         async with self._loading:  # one load at a time: they share the staging region
             self._loads.check()  # before staging: a failed engine takes no more loads
-            staged = self._staging.stage(buckets)
+            staged = self._staging.stage(base) if base else None
             digest = await self._loads.load(version, load)
         self.policy_version = version
         return version, digest
+
+    async def _load_base(self, staged) -> str:
+        try:
+            checksums = await self._llm.collective_rpc("load_weight_buckets", args=(staged,))
+        finally:
+            self._staging.attached()
+        if len(set(checksums)) != 1:
+            raise RuntimeError(f"workers loaded different weights: {checksums}")
+        return checksums[0]
+
+    async def _load_adapter(self, buckets: list[WeightBucket]) -> str:
+        """Write the adapter where vLLM reads it and load it in place of the one served: one LoRA id for
+        the whole run, so requests in flight go on with the new adapter, as with new full weights."""
+        from vllm.lora.request import LoRARequest
+
+        digest = checksum(buckets)  # of the bytes received, which are the bytes written
+        path = adapters.write_adapter(self._adapter_dir, self._adapter_config, buckets)
+        lora = LoRARequest("policy", 1, str(path))
+        if not await self._llm.add_lora(LoRARequest("policy", 1, str(path), load_inplace=True)):
+            raise RuntimeError(f"vLLM did not load the adapter written to {path}")
+        self._lora = lora
+        return digest
 
     async def _pause(self) -> None:
         """`AsyncLLM.pause_generation(mode="keep", clear_cache=True)` without its closing 20 ms sleep,

@@ -1,12 +1,18 @@
-"""The weight transport for a device: the object store on CPU, vLLM's NCCL weight transfer on GPU."""
+"""The weight transport for a device: the object store on CPU, vLLM's NCCL weight transfer on GPU.
+
+A LoRA run takes the object store on GPU too: after each engine's first load only the adapter
+travels (megabytes), the store's path verifies every engine's checksum, and it keeps no NCCL group
+to rebuild when an engine is replaced."""
 
 from __future__ import annotations
 
 from workers.weights.transport import WeightTransport
 
 
-def make_transport(device: str, timeout_s: float, bucket_bytes: int, tensor_parallel_size: int = 1) -> WeightTransport:
-    if device == "cpu":
+def make_transport(
+    device: str, timeout_s: float, bucket_bytes: int, tensor_parallel_size: int = 1, lora: bool = False
+) -> WeightTransport:
+    if device == "cpu" or lora:
         from workers.weights.object_store import ObjectStoreTransport
 
         return ObjectStoreTransport(timeout_s, bucket_bytes)

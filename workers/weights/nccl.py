@@ -121,7 +121,9 @@ class NcclTransport(WeightTransport):
         object-store path from now on, as when an engine of the group is lost."""
         self._group = ()
 
-    def sync(self, learner, engines: dict[int, object], version: int) -> SyncReport:
+    def sync(self, learner, engines: dict[int, object], version: int, adapter_only: bool = False) -> SyncReport:
+        if adapter_only:  # factory.py gives a LoRA run the object store
+            raise ValueError("the NCCL transport sends whole models; a LoRA run syncs through the object store")
         start = time.monotonic()
         deadline = start + self.timeout_s
         dead: dict[int, BaseException] = {}

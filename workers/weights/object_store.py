@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import time
 
-from workers.weights.buckets import WeightBucket, checksum, pack
+from workers.weights import adapters
+from workers.weights.buckets import WeightBucket
 from workers.weights.rounds import await_round, verify
 from workers.weights.transport import SyncReport, WeightTransport
 
@@ -26,7 +27,7 @@ def publish(named_weights, bucket_bytes: int) -> tuple[list, int]:
     shared filesystem). Returns (bucket refs, bytes)."""
     import ray
 
-    buckets = pack(named_weights, bucket_bytes)
+    buckets = adapters.pack_apart(named_weights, bucket_bytes)
     return [ray.put(bucket) for bucket in buckets], sum(bucket.nbytes for bucket in buckets)
 
 
@@ -35,7 +36,7 @@ def published_checksum(bucket_refs: list) -> str:
     load, and it stays right if training goes on meanwhile."""
     import ray
 
-    return checksum(ray.get(bucket_refs))
+    return adapters.buckets_checksum(ray.get(bucket_refs))
 
 
 # Engine side (inside the rollout actor).
@@ -48,20 +49,21 @@ async def fetch(bucket_refs: list) -> list[WeightBucket]:
 
 # Driver side.
 class ObjectStoreTransport(WeightTransport):
-    def sync(self, learner, engines: dict[int, object], version: int) -> SyncReport:
+    def sync(self, learner, engines: dict[int, object], version: int, adapter_only: bool = False) -> SyncReport:
         start = time.monotonic()
-        digest, nbytes, dead = self.sync_by(learner, engines, version, start + self.timeout_s)
+        digest, nbytes, dead = self.sync_by(learner, engines, version, start + self.timeout_s, adapter_only)
         return SyncReport(version, digest, nbytes, time.monotonic() - start, dead)
 
     def learner_replaced(self) -> None:
         """Nothing to do: each sync asks the learner actor it is given."""
 
-    def sync_by(self, learner, engines: dict[int, object], version: int, deadline: float) -> tuple[str, int, dict]:
+    def sync_by(
+        self, learner, engines: dict[int, object], version: int, deadline: float, adapter_only: bool = False
+    ) -> tuple[str, int, dict]:
         """(checksum, bytes, failed engines) of a sync that ends by `deadline` (the NCCL path's fallback
-        shares its deadline)."""
-        bucket_refs, nbytes = await_round(
-            "publishing weights", deadline, self.timeout_s, {}, learner.publish_weights.remote(self.bucket_bytes)
-        ).learner
+        shares its deadline). `adapter_only`: a LoRA run's adapter, not its base weights."""
+        published = learner.publish_weights.remote(self.bucket_bytes, adapter_only)
+        bucket_refs, nbytes = await_round("publishing weights", deadline, self.timeout_s, {}, published).learner
         loads = {engine_id: actor.load_weights.remote(bucket_refs, version) for engine_id, actor in engines.items()}
         checked = learner.published_checksum.remote(bucket_refs)  # hashed on the learner while the engines load
         done = await_round(f"weight sync to version {version}", deadline, self.timeout_s, loads, checked)

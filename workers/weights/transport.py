@@ -2,6 +2,7 @@
 
     transport = make_transport(device, timeout_s, bucket_bytes)   # factory.py
     report = transport.sync(learner, engines, version)           # every engine holds `version`, or is in report.dead
+    transport.sync(learner, engines, version, adapter_only=True)  # a LoRA run's steps: the adapter alone
 
 `ObjectStoreTransport` (object_store.py; CPU, and the fallback on any cluster) and `NcclTransport`
 (nccl.py; GPU) each hold, in one file, the learner's sending side, the engines' receiving side and
@@ -55,8 +56,9 @@ class WeightTransport(abc.ABC):
         self.bucket_bytes = bucket_bytes
 
     @abc.abstractmethod
-    def sync(self, learner, engines: dict[int, object], version: int) -> SyncReport:
-        """Publish the `learner` actor's weights, have every engine actor load them as `version`, verify."""
+    def sync(self, learner, engines: dict[int, object], version: int, adapter_only: bool = False) -> SyncReport:
+        """Publish the `learner` actor's weights, have every engine actor load them as `version`, verify.
+        `adapter_only`: a LoRA run's adapter alone (engines that already hold the base weights)."""
 
     @abc.abstractmethod
     def learner_replaced(self) -> None:

@@ -105,3 +105,19 @@ def test_the_step_line_shows_how_far_behind_an_async_step_is_and_the_groups_rene
     assert progress_line({**step, "staleness/regenerated_groups": 2}, 10).endswith("| v1 lag 3 (renewed 2 groups)")
     del step["staleness/regenerated_groups"]  # on-policy
     assert progress_line(step, 10).endswith("| v1")
+
+
+def test_the_step_line_shows_the_bytes_each_engine_was_sent():
+    step = {
+        "step": 1,
+        "policy_version": 1,
+        "reward_mean": 0.5,
+        "reward_std": 0.1,
+        "samples_per_s": 1.0,
+        "completion_length/mean": 3.0,
+        "weight_sync/bytes": 1_234_567,
+        "sampling/sampling_logp_difference/mean": 0.002,
+        **{f"time/{p}": 0.1 for p in ("generate", "reward", "train", "sync")},
+    }
+    assert "sync 0.10s (1.23 MB) |" in progress_line(step, 10)
+    assert "sync 0.10s (15.20 GB) |" in progress_line({**step, "weight_sync/bytes": 15_200_000_000}, 10)

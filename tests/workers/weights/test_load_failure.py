@@ -28,7 +28,7 @@ class _BrokenLearner:
         named = [("model.embed_tokens.weight", embedding), ("model.norm.weight", torch.ones(3))]
         buckets = pack(named, bucket_bytes=1)  # one bucket per tensor: the first loads, the second fails
         refs = [ray.put(bucket) for bucket in buckets]
-        self.publish_weights = _Remote(lambda bucket_bytes: ray.put((refs, sum(b.nbytes for b in buckets))))
+        self.publish_weights = _Remote(lambda bucket_bytes, adapter_only: ray.put((refs, sum(b.nbytes for b in buckets))))
         self.published_checksum = _Remote(lambda received: ray.put(checksum(buckets)))
 
 

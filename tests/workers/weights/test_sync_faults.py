@@ -195,8 +195,8 @@ class _LearnerGroup:
     def __init__(self, handle):
         self.handle = handle
 
-    def sync(self, transport, engines, version):
-        return transport.sync(self.handle, engines, version)
+    def sync(self, transport, engines, version, adapter_only=False):
+        return transport.sync(self.handle, engines, version, adapter_only)
 
 
 def test_a_new_engine_that_fails_its_first_load_is_not_admitted(faults):

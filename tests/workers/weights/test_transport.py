@@ -43,8 +43,8 @@ class _CorruptingLink:
     def __init__(self, learner):
         import ray
 
-        def publish(bucket_bytes):
-            refs, nbytes = ray.get(learner.publish_weights.remote(bucket_bytes))
+        def publish(bucket_bytes, adapter_only):
+            refs, nbytes = ray.get(learner.publish_weights.remote(bucket_bytes, adapter_only))
             buckets = ray.get(refs)
             chunk = bytearray(buckets[0].chunks[0])
             chunk[len(chunk) // 2] ^= 0xFF

@@ -1,0 +1,122 @@
+"""The learner's side of a LoRA run (`lora:`, orchestrator/contracts/lora.py), all through PEFT.
+
+TRL's `GRPOTrainer` wraps the model itself when given a `peft_config` (`peft_config`), trains only
+the adapter, and for `beta > 0` takes the reference log-probs with the adapter disabled (TRL's
+`use_adapter(model, None)`): no second copy of the weights. What leaves the learner:
+
+- to the engines, the base weights under their Hugging Face names (`base_weights`, once per new
+  engine) and the adapter under PEFT's names (`adapter_weights`, every step), workers/weights/adapters.py;
+- to a checkpoint, PEFT's own adapter folder (`adapter_config.json`, `adapter_model.safetensors`),
+  which `PeftModel.from_pretrained` and vLLM's LoRA loader read. It names the base model, which
+  a resume loads before the adapter (`base_of`, `load_adapter`).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from orchestrator.contracts.lora import LoraSettings
+from workers.weights.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+
+
+def peft_config(settings: LoraSettings):
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.lora_alpha,
+        lora_dropout=settings.lora_dropout,
+        target_modules=settings.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def is_adapter_folder(folder: str) -> bool:
+    return (Path(folder) / ADAPTER_CONFIG).is_file()
+
+
+def base_of(folder: str) -> str:
+    """The base model an adapter folder (a LoRA run's checkpoint) was trained on."""
+    return json.loads((Path(folder) / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
+
+
+def load_adapter(model, folder: str) -> None:
+    """Put the adapter saved in `folder` into the PEFT `model` (a resume: exactly the weights saved)."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    result = set_peft_model_state_dict(model, load_file(str(Path(folder) / ADAPTER_WEIGHTS)))
+    if result.unexpected_keys:
+        raise ValueError(f"{folder}: the adapter has weights this model has no place for: {result.unexpected_keys[:5]}")
+
+
+def save_adapter(model, folder: str) -> None:
+    model.save_pretrained(folder, safe_serialization=True, save_embedding_layers=False)
+
+
+def adapter_config(model) -> dict:
+    """PEFT's adapter_config.json of `model`'s adapter, as PEFT writes it (sets as lists, and so on)."""
+    with tempfile.TemporaryDirectory(prefix="adapter-config-") as scratch:
+        model.peft_config["default"].save_pretrained(scratch)
+        return json.loads((Path(scratch) / ADAPTER_CONFIG).read_text())
+
+
+def base_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
+    """The base model's weights under their Hugging Face names (PEFT's `.base_layer` taken out)."""
+    for name, tensor in model.get_base_model().state_dict().items():
+        if ".lora_" not in name:
+            yield name.replace(".base_layer.", "."), tensor
+
+
+def adapter_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
+    """The adapter's weights under PEFT's names, as its adapter_model.safetensors holds them."""
+    from peft import get_peft_model_state_dict
+
+    yield from get_peft_model_state_dict(model).items()
+
+
+def reference(model):
+    """Context in which `model` (the PEFT model) is the reference policy: the adapter off (TRL's way)."""
+    from trl.trainer.utils import use_adapter
+
+    return use_adapter(model, adapter_name=None)
+
+
+def check_model(model: str, settings: LoraSettings) -> None:
+    """Before Ray starts: `settings.target_modules` match modules of `model` (a folder or hub name),
+    and vLLM serves adapters for its architecture. Raises `UserError` naming what to change."""
+    import transformers
+    from peft import get_peft_model
+
+    from orchestrator.contracts.errors import UserError
+
+    config = transformers.AutoConfig.from_pretrained(model)
+    with torch.device("meta"):  # the modules' names and types, no memory
+        built = transformers.AutoModelForCausalLM.from_config(config)
+    try:
+        get_peft_model(built, peft_config(settings))
+    except ValueError as error:
+        linear = sorted({name.rsplit(".", 1)[-1] for name, module in built.named_modules() if _is_linear(module)})
+        raise UserError(
+            f"lora.target_modules {settings.target_modules} matches no module of {model} ({error}); its linear modules "
+            f"are {linear} (or use 'all-linear')"
+        ) from None
+    from workers.fences.vllm import supports_lora
+
+    for architecture in config.architectures or []:
+        if supports_lora(architecture) is False:
+            raise UserError(
+                f"lora: vLLM cannot serve LoRA adapters for {architecture} ({model}), so the engines could not sample "
+                "from the adapter being trained; train the full model (lora: null) or pick a model vLLM serves LoRA for"
+            )
+
+
+def _is_linear(module) -> bool:
+    from transformers.pytorch_utils import Conv1D
+
+    return isinstance(module, torch.nn.Linear | Conv1D)
