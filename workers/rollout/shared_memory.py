@@ -11,8 +11,9 @@ started (`owned_entries`): those are its own, never another engine's or the node
 entries of vLLM's kinds that appeared since and that no process maps at all (`unmapped_entries`):
 vLLM's worker leaves a semaphore so, for the multiprocessing resource tracker to unlink when the
 worker exits, and Ray kills the tracker together with the actor's other child processes. Nothing can
-be using an entry no process maps (a semaphore is mapped as soon as it is named), so removing one
-that another engine left is harmless. Once the engine
+be using an entry no process maps (a semaphore is mapped before it is named, under a temporary name,
+so mappings are matched by inode: `mapped_inodes`), so removing one that another engine left is
+harmless. Once the engine
 is dead, `remove_leftovers`, run on the engine's node, removes those of them that no live process
 maps any more. The engine also writes them down on its node (`write_claim`), for when no driver is
 left to ask for that (it was killed, and Ray with it): the next engine to start there `sweep`s what
@@ -45,28 +46,33 @@ def entries(shm_dir: Path = SHM) -> set[str]:
         return set()
 
 
-def mapped_names(maps: str, shm_dir: Path = SHM) -> set[str]:
-    """Names of the `shm_dir` entries that one `/proc/<pid>/maps` text maps. Entries already
-    unlinked (Ray's object store file, for one) show as "(deleted)" and are left out."""
+def mapped_inodes(maps: str, shm_dir: Path = SHM) -> set[int]:
+    """Inodes of the `shm_dir` files that one `/proc/<pid>/maps` text maps. By inode, not name: a
+    semaphore's creator maps it under the temporary name glibc made it with before naming it
+    (`sem.XXXXXX (deleted)` in its maps, while the file is `sem.mp-*`)."""
     prefix = f"{shm_dir}/"
-    names = set()
+    inodes = set()
     for line in maps.splitlines():
         fields = line.split(maxsplit=5)  # address perms offset dev inode [path, which may hold spaces]
-        if len(fields) < 6 or not fields[5].startswith(prefix) or fields[5].endswith(DELETED):
-            continue
-        name = fields[5][len(prefix) :]
-        if "/" not in name:
-            names.add(name)
-    return names
+        if len(fields) == 6 and fields[5].startswith(prefix) and "/" not in fields[5][len(prefix) :].removesuffix(DELETED):
+            inodes.add(int(fields[4]))
+    return inodes
 
 
 def mapped_by(pids: Iterable[int], proc: Path = PROC, shm_dir: Path = SHM) -> set[str]:
     """The `shm_dir` entries that any of `pids` maps; processes that are gone map nothing."""
-    names = set()
+    inodes = set()
     for pid in pids:
         try:
-            names |= mapped_names((proc / str(pid) / "maps").read_text(errors="replace"), shm_dir)
+            inodes |= mapped_inodes((proc / str(pid) / "maps").read_text(errors="replace"), shm_dir)
         except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
+    names = set()
+    for name in entries(shm_dir) if inodes else ():
+        try:
+            if (shm_dir / name).stat().st_ino in inodes:
+                names.add(name)
+        except FileNotFoundError:  # removed meanwhile
             pass
     return names
 

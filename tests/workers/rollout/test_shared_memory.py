@@ -15,7 +15,8 @@ from workers.rollout.processes import describe, kill_survivors
 from workers.rollout.shared_memory import (
     SHM,
     entries,
-    mapped_names,
+    mapped_by,
+    mapped_inodes,
     owned_entries,
     process_tree,
     remove_leftovers,
@@ -25,8 +26,14 @@ from workers.rollout.shared_memory import (
 )
 
 
-def _maps_line(path: str) -> str:
-    return f"7f3a2c000000-7f3a2d000000 rw-s 00000000 00:1a 4242                       {path}"
+def _maps_line(path: str, inode: int | None = None) -> str:
+    """A maps line for `path`, with the file's own inode unless given (0 for one that is not there)."""
+    if inode is None:
+        try:
+            inode = os.stat(path.removesuffix(" (deleted)")).st_ino
+        except FileNotFoundError:
+            inode = 0
+    return f"7f3a2c000000-7f3a2d000000 rw-s 00000000 00:1a {inode}                       {path}"
 
 
 def _node(tmp_path: Path, names: list[str], maps: dict[int, list[str]]) -> tuple[Path, Path]:
@@ -50,20 +57,39 @@ def _set_maps(proc: Path, pid: int, paths: list[str]) -> None:
     (proc / str(pid) / "maps").write_text("\n".join(lines + [_maps_line(path) for path in paths]) + "\n")
 
 
-def test_maps_name_the_shm_entries_they_map_and_skip_deleted_ones():
+def test_maps_give_the_inodes_of_the_shm_files_they_map_under_any_name():
     maps = "\n".join(
         [
-            _maps_line("/dev/shm/psm_394d2870"),
-            _maps_line("/dev/shm/sem.mp-8t1jyl47"),
-            _maps_line("/dev/shm/plasmaYjFONt (deleted)"),  # Ray's object store: unlinked at once
-            _maps_line("/dev/shm/name with spaces"),
-            _maps_line("/dev/shmother/psm_1"),
-            _maps_line("/dev/shm/sub/psm_2"),
-            _maps_line("/memfd:staging (deleted)"),
+            _maps_line("/dev/shm/psm_394d2870", 11),
+            _maps_line("/dev/shm/sem.X5YFtj (deleted)", 12),  # a semaphore, by its creator: named since
+            _maps_line("/dev/shm/name with spaces", 13),
+            _maps_line("/dev/shmother/psm_1", 14),
+            _maps_line("/dev/shm/sub/psm_2", 15),
+            _maps_line("/memfd:staging (deleted)", 16),
             "7ffd1000-7ffd2000 rw-p 00000000 00:00 0",
         ]
     )
-    assert mapped_names(maps, Path("/dev/shm")) == {"psm_394d2870", "sem.mp-8t1jyl47", "name with spaces"}
+    assert mapped_inodes(maps, Path("/dev/shm")) == {11, 12, 13}
+
+
+def test_a_semaphore_held_only_by_its_creator_is_mapped_not_left_over():
+    """glibc maps a new semaphore under a temporary name before it names it: its creator's maps never
+    show `sem.mp-*`, yet the semaphore is in use and no other engine may remove it."""
+    import sys
+
+    before = entries()
+    script = (
+        "import multiprocessing, time; lock = multiprocessing.get_context('spawn').Lock(); "
+        "print(lock._semlock.name, flush=True); time.sleep(60)"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        held = f"sem.{process.stdout.readline().strip().lstrip('/')}"
+        assert held in mapped_by([process.pid])
+        assert held not in unmapped_entries(before)
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_leftovers_are_removed_once_unmapped_and_others_are_kept(tmp_path):
