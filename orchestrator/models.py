@@ -44,7 +44,12 @@ def resolve_model(model: str | None, tokenizer: str | None, keys: tuple[str, str
 
 def check_model_folder(folder: Path, key: str) -> None:
     """Fail in seconds, not in the learner after Ray started, if `folder` lacks a usable
-    config.json or complete weights."""
+    config.json or complete weights, or is a LoRA adapter rather than a model."""
+    if (folder / "adapter_config.json").is_file():
+        raise UserError(
+            f"{key} {folder} is a LoRA adapter (PEFT's adapter folder), not a model: merge it into its base model "
+            f"first (python -m orchestrator export {folder} --out DIR) and give DIR"
+        )
     problem = model_folder_problem(folder)
     if problem:
         raise UserError(f"{key} {folder}: {problem}")

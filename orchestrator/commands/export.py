@@ -33,9 +33,11 @@ def run_export(args: argparse.Namespace) -> int:
     from workers.learner.lora import base_of
 
     base = args.base_model or base_of(str(checkpoint))
-    if base.startswith(("/", ".")) and not Path(base).is_dir():
-        raise UserError(f"the base model {base} named in {checkpoint}/adapter_config.json is not here: pass --base-model")
-    merge(base, checkpoint, out)
+    where = "--base-model" if args.base_model else f"{checkpoint}/adapter_config.json"
+    try:
+        merge(base, checkpoint, out)
+    except OSError as error:  # no such folder, and no such model on the hub (or no network)
+        raise UserError(f"cannot load the base model {base} (from {where}): {error}; pass --base-model") from None
     print(f"merged {checkpoint} into {base}: {out}")
     return 0
 

@@ -24,16 +24,7 @@ def run_train(args: argparse.Namespace) -> int:
         run_dir = RunDir.existing(args.resume)
         config = load_config(TrainConfig, run_dir.root / "config.yaml", args.overrides)
         checkpoint, resume = run_dir.latest_checkpoint()
-        if resume.learner_fsdp != config.learner.fsdp:
-            from orchestrator.contracts.errors import UserError
-
-            written = str(resume.learner_fsdp).lower()
-            raise UserError(f"{checkpoint} was written with learner.fsdp={written}: resume with learner.fsdp={written}")
-        if (checkpoint / "adapter_config.json").is_file() != (config.lora is not None):
-            from orchestrator.contracts.errors import UserError
-
-            what = "a LoRA adapter" if config.lora is None else "a full model, not a LoRA adapter"
-            raise UserError(f"{checkpoint} holds {what}: resume with the lora: section the run was started with")
+        _check_resumable(checkpoint, resume, config)
     else:
         config = load_config(TrainConfig, Path(args.config) if args.config else DEFAULT_CONFIG, args.overrides)
         run_dir, resume = RunDir.create(config.output_dir), None  # checked here, created after preflight
@@ -41,7 +32,8 @@ def run_train(args: argparse.Namespace) -> int:
     checked = preflight(config, tokenizer_from=str(checkpoint) if args.resume else None)
     model = checked.model
     if args.resume:
-        model = str(checkpoint)
+        if config.lora is None:  # a LoRA checkpoint holds the adapter: the base model stays the run's
+            model = str(checkpoint)
         run_dir.forget_after(resume.step)
         print(f"resuming {run_dir.root} from {checkpoint.name} (step {resume.step})", flush=True)
     else:
@@ -59,7 +51,7 @@ def run_train(args: argparse.Namespace) -> int:
         config,
         model,
         checked.canonical,
-        resume_from=model if resume else None,
+        resume_from=str(checkpoint) if resume else None,
         policy_version=resume.policy_version if resume else 0,
         max_prompt_tokens=checked.longest_prompt,
     )
@@ -83,3 +75,25 @@ def run_train(args: argparse.Namespace) -> int:
         f"(step {last['step']}); metrics, rollouts, plots and checkpoints in {run_dir.root}"
     )
     return 0
+
+
+def _check_resumable(checkpoint: Path, resume, config) -> None:
+    """The run's config must train what the checkpoint holds: the same learner.fsdp, and a LoRA
+    adapter with the same lora: settings, or a full model without them."""
+    from orchestrator.contracts.errors import UserError
+
+    if resume.learner_fsdp != config.learner.fsdp:
+        written = str(resume.learner_fsdp).lower()
+        raise UserError(f"{checkpoint} was written with learner.fsdp={written}: resume with learner.fsdp={written}")
+    if (checkpoint / "adapter_config.json").is_file() != (config.lora is not None):
+        what = "a LoRA adapter" if config.lora is None else "a full model, not a LoRA adapter"
+        raise UserError(f"{checkpoint} holds {what}: resume with the lora: section the run was started with")
+    if config.lora is not None:
+        from workers.learner.lora import changed_settings
+
+        changed = changed_settings(str(checkpoint), config.lora)
+        if changed:
+            raise UserError(
+                f"{checkpoint}'s adapter was trained with other lora: settings ({'; '.join(changed)}): resume with the "
+                "checkpoint's"
+            )

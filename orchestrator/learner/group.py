@@ -62,7 +62,9 @@ class LearnerGroup:
         optimizer, scheduler, RNG; None: the model the run started from)."""
         cluster, config, model, tokenizer, resume_from, timeout_s = self._start_args
         if checkpoint is not None:  # the canonical tokenizer stays what the run started with
-            model = resume_from = checkpoint
+            resume_from = checkpoint
+            if config.lora is None:  # a LoRA checkpoint holds the adapter: the base model stays the run's
+                model = checkpoint
         self.shutdown()
         self.ranks, self._placement_group = _launch(cluster, config, model, tokenizer, resume_from, timeout_s)
         self._node_ids = [None] * len(self.ranks)

@@ -41,10 +41,10 @@ import time
 import numpy as np
 import torch
 
-from orchestrator.contracts.learning import LEARNER_STATE, GRPOSettings
+from orchestrator.contracts.learning import GRPOSettings
 from workers.fences import transformers as fenced_transformers
 from workers.fences import trl as fenced_trl
-from workers.learner import importance_sampling, lora, micro_batches, packing, sharding, step_inputs
+from workers.learner import checkpoint, importance_sampling, lora, micro_batches, packing, sharding, step_inputs
 from workers.learner.model_setup import load_model, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -73,8 +73,6 @@ class GRPOLearner:
         self.updates = config.max_steps * config.num_iterations * config.steps_per_generation
         self._scratch = tempfile.TemporaryDirectory(prefix="grpo-learner-")
         self.tokenizer = load_tokenizer(tokenizer, config.added_tokens, chat_template=config.chat_template)
-        if config.lora is not None and isinstance(model, str) and lora.is_adapter_folder(model):
-            model = lora.base_of(model)  # a LoRA checkpoint: its base model; load_state adds the adapter
         model = load_model(model, self.tokenizer, resize=bool(config.added_tokens))
         # num_gpus null (not decided by a cluster, e.g. built directly): a GPU if this process sees one.
         use_cpu = not torch.cuda.is_available() or config.learner.num_gpus == 0
@@ -433,14 +431,15 @@ class GRPOLearner:
             return self._logps(self.model, inputs)
 
     def _gather_weights(self) -> None:
-        """Sharded, every rank gathers the new weights with the others, and rank 0 keeps them whole."""
-        self._whole_weights = sharding.whole_weights(self.model) if self.sharded else None
+        """Sharded, every rank gathers the new weights with the others, and rank 0 keeps them whole
+        (`whole_weights`: for the engines and checkpoints; None unsharded)."""
+        self.whole_weights = sharding.whole_weights(self.model) if self.sharded else None
 
     def named_weights(self, adapter_only: bool = False):
         """(HF name, tensor) for every weight, as vLLM's loaders expect them (sharded: on rank 0 only). With
         LoRA the base weights and then the adapter's, under PEFT's names; `adapter_only`: the adapter's."""
         if self.sharded:
-            return self._whole_weights.items()
+            return self.whole_weights.items()
         model = self.trainer.accelerator.unwrap_model(self.model)
         if self.config.lora is None:
             return model.state_dict().items()
@@ -454,51 +453,12 @@ class GRPOLearner:
         return lora.adapter_config(self.trainer.accelerator.unwrap_model(self.model))
 
     def save(self, folder: str) -> None:
-        """An HF checkpoint (model + canonical tokenizer) that transformers and vLLM load as is, plus
-        `learner_state.pt` (optimizer, scheduler, RNG, policy version) for `train --resume`. Sharded,
-        every rank calls this (the optimizer state is gathered) and rank 0 writes."""
-        optimizer = self._optimizer_state()
-        if not self.trainer.accelerator.is_main_process:
-            return
-        model = self.trainer.accelerator.unwrap_model(self.model)
-        if self.config.lora is not None:
-            lora.save_adapter(model, folder)  # PEFT's adapter folder, naming the base model
-        else:
-            model.save_pretrained(folder, safe_serialization=True, state_dict=self._whole_weights)
-        self.tokenizer.save_pretrained(folder)
-        state = {
-            **optimizer,
-            "scheduler": self.trainer.lr_scheduler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "policy_version": self.policy_version,
-        }
-        torch.save(state, f"{folder}/{LEARNER_STATE}")
+        """A checkpoint for `train --resume` (checkpoint.py). Sharded, every rank calls this."""
+        checkpoint.save(self, folder)
 
     def load_state(self, folder: str) -> None:
-        """Continue exactly where `save` left off (the weights come from the same folder; with LoRA the
-        base model was loaded from where the checkpoint says, and the adapter is loaded here)."""
-        if self.config.lora is not None:
-            lora.load_adapter(self.trainer.accelerator.unwrap_model(self.model), folder)
-        path = f"{folder}/{LEARNER_STATE}"
-        state = sharding.read_learner_state(path) if self.sharded else torch.load(path, weights_only=False)
-        written_sharded = sharding.WHOLE_OPTIMIZER in state
-        if written_sharded != self.sharded:
-            raise ValueError(
-                f"{folder} was written by a learner with learner.fsdp {str(written_sharded).lower()}; resume it with "
-                f"learner.fsdp: {str(written_sharded).lower()}"
-            )
-        if self.sharded:
-            sharding.load_whole_optimizer_state(self.model, self.optimizer.optimizer, state[sharding.WHOLE_OPTIMIZER])
-        else:
-            self.optimizer.load_state_dict(state["optimizer"])
-        self.trainer.lr_scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
-        self.policy_version = state["policy_version"]
-
-    def _optimizer_state(self) -> dict:
-        if self.sharded:
-            return {sharding.WHOLE_OPTIMIZER: sharding.whole_optimizer_state(self.model, self.optimizer.optimizer)}
-        return {"optimizer": self.optimizer.state_dict()}
+        """Continue exactly where `save` left off (checkpoint.py)."""
+        checkpoint.load(self, folder)
 
 
 def _mean_over(updates: list[dict[str, float]]) -> dict[str, float]:

@@ -7,8 +7,9 @@ the adapter, and for `beta > 0` takes the reference log-probs with the adapter d
 - to the engines, the base weights under their Hugging Face names (`base_weights`, once per new
   engine) and the adapter under PEFT's names (`adapter_weights`, every step), workers/weights/adapters.py;
 - to a checkpoint, PEFT's own adapter folder (`adapter_config.json`, `adapter_model.safetensors`),
-  which `PeftModel.from_pretrained` and vLLM's LoRA loader read. It names the base model, which
-  a resume loads before the adapter (`base_of`, `load_adapter`).
+  which `PeftModel.from_pretrained` and vLLM's LoRA loader read. It names the base model (`base_of`,
+  for `export`); a resume loads the run's model and then the adapter (`load_adapter`), once the
+  run's `lora:` settings are found to be the checkpoint's (`changed_settings`).
 """
 
 from __future__ import annotations
@@ -36,10 +37,6 @@ def peft_config(settings: LoraSettings):
     )
 
 
-def is_adapter_folder(folder: str) -> bool:
-    return (Path(folder) / ADAPTER_CONFIG).is_file()
-
-
 def base_of(folder: str) -> str:
     """The base model an adapter folder (a LoRA run's checkpoint) was trained on."""
     return json.loads((Path(folder) / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
@@ -51,11 +48,37 @@ def load_adapter(model, folder: str) -> None:
     from safetensors.torch import load_file
 
     result = set_peft_model_state_dict(model, load_file(str(Path(folder) / ADAPTER_WEIGHTS)))
-    if result.unexpected_keys:
-        raise ValueError(f"{folder}: the adapter has weights this model has no place for: {result.unexpected_keys[:5]}")
+    missing = [key for key in result.missing_keys if ".lora_" in key]
+    if result.unexpected_keys or missing:
+        raise ValueError(
+            f"{folder}: the adapter does not fit this model's (weights with no place: {result.unexpected_keys[:3]}, "
+            f"places with no weights: {missing[:3]})"
+        )
+
+
+def changed_settings(folder: str, settings: LoraSettings) -> list[str]:
+    """The `lora:` settings of a run that differ from those its checkpoint `folder` was trained with
+    (r, lora_alpha, target_modules), as "key: checkpoint's -> run's"; empty if none."""
+    saved = json.loads((Path(folder) / ADAPTER_CONFIG).read_text())
+    changed = [
+        f"{key}: {saved[key]} -> {getattr(settings, key)}" for key in ("r", "lora_alpha") if saved[key] != getattr(settings, key)
+    ]
+    # PEFT writes the names it was given, or for 'all-linear' the full name of every module it chose
+    names = saved["target_modules"] if isinstance(saved["target_modules"], list) else [saved["target_modules"]]
+    chose = any("." in name for name in names)
+    if isinstance(settings.target_modules, list) and (chose or set(names) != set(settings.target_modules)):
+        changed.append(f"target_modules: {sorted(names) if not chose else 'all-linear'} -> {settings.target_modules}")
+    elif settings.target_modules == "all-linear" and not chose:
+        changed.append(f"target_modules: {sorted(names)} -> all-linear")
+    return changed
 
 
 def save_adapter(model, folder: str) -> None:
+    """PEFT's adapter folder; the base model it names is made absolute when it is a folder, so that
+    `export` finds it from anywhere."""
+    config = model.peft_config["default"]
+    if config.base_model_name_or_path and Path(config.base_model_name_or_path).is_dir():
+        config.base_model_name_or_path = str(Path(config.base_model_name_or_path).resolve())
     model.save_pretrained(folder, safe_serialization=True, save_embedding_layers=False)
 
 
@@ -81,10 +104,9 @@ def adapter_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 def reference(model):
-    """Context in which `model` (the PEFT model) is the reference policy: the adapter off (TRL's way)."""
-    from trl.trainer.utils import use_adapter
-
-    return use_adapter(model, adapter_name=None)
+    """Context in which `model` (the PEFT model) is the reference policy: the adapter off, as TRL's
+    GRPOTrainer does for a new adapter (PEFT's `disable_adapter`)."""
+    return model.disable_adapter()
 
 
 def check_model(model: str, settings: LoraSettings) -> None:
@@ -106,8 +128,10 @@ def check_model(model: str, settings: LoraSettings) -> None:
             f"lora.target_modules {settings.target_modules} matches no module of {model} ({error}); its linear modules "
             f"are {linear} (or use 'all-linear')"
         ) from None
-    from workers.fences.vllm import supports_lora
-
+    try:
+        from workers.fences.vllm import supports_lora
+    except ImportError:  # a driver without vLLM: the engines' own start says it
+        return
     for architecture in config.architectures or []:
         if supports_lora(architecture) is False:
             raise UserError(

@@ -1,6 +1,6 @@
 """How weights get from the learner into every engine: one small interface, one implementation per device.
 
-    transport = make_transport(device, timeout_s, bucket_bytes)   # factory.py
+    transport = make_transport(device, timeout_s, bucket_bytes, lora=...)   # factory.py
     report = transport.sync(learner, engines, version)           # every engine holds `version`, or is in report.dead
     transport.sync(learner, engines, version, adapter_only=True)  # a LoRA run's steps: the adapter alone
 

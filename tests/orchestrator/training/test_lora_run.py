@@ -75,7 +75,7 @@ def test_the_engines_sample_from_the_adapter_the_learner_trained(run):
     rows = pq.read_table(folder / "rollouts" / "step-000003.parquet").to_pylist()
     assert {row["policy_version"] for row in rows} == {2}
     temperature = yaml.safe_load(SHIPPED.read_text())["temperature"]
-    gaps = []
+    gaps, base_gaps = [], []
     for row in rows[:16]:
         prompt, completion = row["prompt_ids"], row["completion_ids"]
         with torch.no_grad():
@@ -84,9 +84,10 @@ def test_the_engines_sample_from_the_adapter_the_learner_trained(run):
         gaps.append((logps - torch.tensor(row["logprobs"])).abs().max().item())
         with torch.no_grad(), model.disable_adapter():  # the base model alone samples otherwise
             base_logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1] / temperature
-        base_gap = (torch.log_softmax(base_logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0] - logps).abs()
+        base_logps = torch.log_softmax(base_logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+        base_gaps.append((base_logps - logps).abs().max().item())
     assert max(gaps) < 1e-3, gaps
-    assert base_gap.max() > 1e-2  # the adapter matters: without it the log-probs differ
+    assert max(base_gaps) > 1e-2  # the adapter matters: without it the log-probs differ
     learner_gap = [step["sampling/sampling_logp_difference/mean"] for step in _metrics(folder)]
     assert max(learner_gap) < 1e-3  # and the learner saw the same, every step
 
@@ -126,14 +127,19 @@ def test_a_resumed_lora_run_continues_bit_exact(run, tmp_path):
         assert [step[key] for step in resumed] == [step[key] for step in uninterrupted], key
 
 
-def test_a_lora_checkpoint_is_not_resumed_as_a_full_model(run):
-    folder, _ = run
+def _refused(*args: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "train", "--resume", str(folder), "lora=null"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        [sys.executable, "-m", "orchestrator", "train", *args], capture_output=True, text=True, timeout=120, check=False
     )
     assert proc.returncode != 0
-    assert "step-000004 holds a LoRA adapter: resume with the lora: section the run was started with" in proc.stderr
+    return proc.stderr
+
+
+def test_a_lora_checkpoint_is_resumed_only_with_its_own_settings_and_is_not_a_model(run, tmp_path):
+    folder, _ = run
+    checkpoint = folder / "checkpoints" / "step-000004"
+    expected = "step-000004 holds a LoRA adapter: resume with the lora: section the run was started with"
+    assert expected in _refused("--resume", str(folder), "lora=null")
+    assert "adapter was trained with other lora: settings (r: 16 -> 8)" in _refused("--resume", str(folder), "lora.r=8")
+    as_model = _refused(f"model={checkpoint}", f"output_dir={tmp_path / 'other'}")
+    assert f"model {checkpoint} is a LoRA adapter" in as_model and "python -m orchestrator export" in as_model

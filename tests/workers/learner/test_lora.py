@@ -47,7 +47,7 @@ def test_only_the_adapter_trains_and_the_engines_get_base_names_then_peft_names(
     assert [name for name, _ in base] == list(original)  # vLLM's loader takes these names
     assert all(torch.equal(tensor, original[name]) for name, tensor in base)  # the base never moved
     assert adapter and all(".lora_A.weight" in name or ".lora_B.weight" in name for name in adapter)
-    assert sent[len(base) :] == sent[-len(adapter) :]  # base first, then the adapter
+    assert [name for name, _ in sent] == [name for name, _ in base] + adapter  # base first, then the adapter
     only = list(trained.named_weights(adapter_only=True))
     assert [name for name, _ in only] == adapter
     assert any(name.endswith("lora_B.weight") and tensor.abs().sum() > 0 for name, tensor in only)
@@ -82,12 +82,21 @@ def test_a_checkpoint_is_a_peft_adapter_folder_that_resumes_bit_exact(tiny, trai
     learner_model = trained.trainer.accelerator.unwrap_model(trained.model)
     assert torch.allclose(_logps(loaded, batch), _logps(learner_model, batch), atol=1e-6)
 
-    resumed = GRPOLearner(_config(), str(tmp_path), str(tiny.tokenizer_dir))  # the checkpoint names its base model
+    resumed = GRPOLearner(_config(), str(tiny.model_dir), str(tiny.tokenizer_dir))  # the run's model, then the adapter
     resumed.load_state(str(tmp_path))
     assert all(torch.equal(a, b) for (_, a), (_, b) in zip(resumed.named_weights(), trained.named_weights()))
     after_resume, after_original = resumed.train_step(batch), trained.train_step(batch)
     assert after_resume["loss"] == after_original["loss"]
     assert all(torch.equal(a, b) for (_, a), (_, b) in zip(resumed.named_weights(), trained.named_weights()))
+
+
+def test_a_resume_with_other_lora_settings_is_named_before_anything_starts(trained, tmp_path):
+    trained.save(str(tmp_path))
+    assert lora.changed_settings(str(tmp_path), LoraSettings(r=4, lora_alpha=8)) == []
+    assert lora.changed_settings(str(tmp_path), LoraSettings(r=8, lora_alpha=8)) == ["r: 4 -> 8"]
+    assert lora.changed_settings(str(tmp_path), LoraSettings(r=4, lora_alpha=8, target_modules=["q_proj"])) == [
+        "target_modules: all-linear -> ['q_proj']"
+    ]
 
 
 def test_target_modules_that_match_nothing_are_refused_with_the_models_linear_modules(tiny):
