@@ -114,3 +114,19 @@ def test_a_model_vllm_serves_no_adapters_for_is_refused(tmp_path):
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=32)).save_pretrained(tmp_path)
     with pytest.raises(UserError, match=r"lora: vLLM cannot serve LoRA adapters for GPT2LMHeadModel"):
         lora.check_model(str(tmp_path), LoraSettings(target_modules=["c_attn"]))
+
+
+def test_the_reference_is_trls_own_for_a_new_adapter(trained):
+    """TRL's GRPOTrainer takes the reference log-probs of a PEFT model under its `use_adapter(model,
+    None)` (no "ref" adapter: a new adapter); ours are the same numbers."""
+    from trl.trainer.utils import use_adapter
+
+    batch = _batch(trained)
+    inputs = {key: torch.as_tensor(value) for key, value in batch.items() if key.endswith(("_ids", "_mask"))}
+    model = trained.trainer.accelerator.unwrap_model(trained.model)
+    assert "ref" not in model.peft_config
+    with torch.no_grad(), use_adapter(model, adapter_name=None):
+        trls = trained._logps(trained.model, inputs)
+    with torch.no_grad():
+        ours = trained._reference_logps(inputs)
+    assert torch.equal(ours, trls)
