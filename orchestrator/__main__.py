@@ -103,11 +103,18 @@ def _bench_parser(commands) -> None:
     p.add_argument("--mean-length", type=int, default=100, help="realistic case: mean completion length (default: %(default)s)")
     p.add_argument("--case", choices=["fixed", "realistic", "both"], default="both", help="(default: %(default)s)")
     p.add_argument("--steps", type=int, default=5, help="training steps per trainer (default: %(default)s)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="generation runs of raw vLLM and of the pool, the median reported (default: %(default)s)",
+    )
     p.add_argument("--engines", type=int, default=1, help="engines in our pool (default: %(default)s)")
     p.add_argument(
         "--only",
-        choices=["sync", "learner-memory", "correction"],
-        help="measure one part alone (sync: weight sync vs memcpy, of the whole model and of a LoRA adapter, a few minutes; learner-memory: the "
+        choices=["sync", "learner-memory", "correction", "generation"],
+        help="measure one part alone (generation: raw vLLM against our pool, --repeats times each, both cases, a few "
+        "minutes; sync: weight sync vs memcpy, of the whole model and of a LoRA adapter, a few minutes; learner-memory: the "
         "learner's peak memory for steps of --samples samples at --max-tokens-per-micro-batch, completions as in the "
         "realistic case, with a small and a 152k-token vocabulary: several minutes on an idle 2-core machine; "
         "correction: the learner's step time without and with the engine correction, and with an old log-probs "

@@ -3,10 +3,13 @@ process, one engine), our pool (same engine count), and HF transformers `generat
 without vLLM). With `ignore_eos` every sample generates exactly `max_tokens` tokens (HF's best
 case: a static batch wastes nothing); without it samples end at EOS with varied lengths, and only
 the tokens up to each sample's EOS count (HF's static batch keeps stepping finished rows until its
-longest row ends; vLLM's continuous batching does not)."""
+longest row ends; vLLM's continuous batching does not). Raw vLLM and the pool each time the same
+generation `repeats` times on one engine built once, and report the median, since one run on a
+small machine varies by several percent."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
@@ -23,7 +26,16 @@ def kv_cache_bytes(model: Path, samples: int, tokens_per_sample: int) -> int:
     return cpu_kv_cache_bytes(json.loads((model / "config.json").read_text()), samples, tokens_per_sample)
 
 
-def raw_vllm(model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, seed: int, ignore_eos: bool = True) -> dict:
+def _median(runs: list[tuple[int, float]]) -> dict:
+    """(tokens, seconds) of each repetition -> the median one's figures, with every run's rate."""
+    rates = [tokens / seconds for tokens, seconds in runs]
+    tokens, seconds = runs[rates.index(statistics.median_low(rates))]
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds, "runs_tokens_per_s": rates}
+
+
+def raw_vllm(
+    model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, seed: int, ignore_eos: bool = True, repeats: int = 1
+) -> dict:
     """vLLM's `LLM.generate` in this process, its threads on every core of the machine as a lone engine
     of our pool has them (rollout/cpu_cores.py), so the pool's figure against it is the pool's own cost."""
     import os
@@ -52,12 +64,14 @@ def raw_vllm(model: Path, prompt_ids: list[list[int]], n: int, max_tokens: int, 
     params = SamplingParams(n=n, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=1.0, seed=seed, logprobs=0)
     prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
     llm.generate(prompts[:1], SamplingParams(max_tokens=2, ignore_eos=True), use_tqdm=False)  # warm-up
-    start = time.perf_counter()
-    outputs = llm.generate(prompts, params, use_tqdm=False)
-    seconds = time.perf_counter() - start
-    tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        seconds = time.perf_counter() - start
+        runs.append((sum(len(c.token_ids) for o in outputs for c in o.outputs), seconds))
     del llm
-    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+    return _median(runs)
 
 
 def pool(
@@ -70,6 +84,7 @@ def pool(
     seed: int,
     engines: int,
     ignore_eos: bool = True,
+    repeats: int = 1,
 ) -> dict:
     from orchestrator.launch import connect, rollout_cpus, start_pool
     from orchestrator.rollout.groups import make_groups
@@ -81,14 +96,16 @@ def pool(
         engines=engines, kv_cache_memory_bytes=kv_cache_bytes(model, samples, tokens), max_inflight_samples=samples
     )
     started = start_pool(connect(rollout_cpus(config)), str(model), tokenizer, config, seed=seed)
+    runs = []
     try:
-        start = time.perf_counter()
-        results = started.generate(requests)
-        seconds = time.perf_counter() - start
+        for _ in range(repeats):
+            start = time.perf_counter()
+            results = started.generate(requests)
+            seconds = time.perf_counter() - start
+            runs.append((sum(len(s.completion_ids) for r in results for s in r.samples), seconds))
     finally:
         started.shutdown()
-    tokens = sum(len(s.completion_ids) for r in results for s in r.samples)
-    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+    return _median(runs)
 
 
 def hf_generate(

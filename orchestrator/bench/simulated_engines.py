@@ -2,9 +2,10 @@
 
 256 vLLM actors do not fit on a laptop, and neither do 256 Ray worker processes. So one async actor,
 `SimulatedEngines`, hosts many `SimulatedEngine` schedules on the wall clock, and the pool gets one
-`SimulatedEngineHandle` per engine whose `.generate.remote(request)` becomes
-`host.generate.remote(engine_id, request)`: a real Ray call with a real ObjectRef, so the pool's
-dispatch, `ray` waits and engine-death handling are what run and what is measured.
+`SimulatedEngineHandle` per engine whose `.exchange.remote(...)` becomes
+`host.exchange.remote(engine_id, ...)`: a real Ray call with a real ObjectRef, so the pool's
+dispatch, `ray` waits and engine-death handling are what run and what is measured. Each engine
+keeps its groups in the same `GroupQueue` a vLLM actor does (workers/rollout/group_queue.py).
 
 A group's result comes back when the timing model says its last sample finished; its samples are
 well formed (token ids, logprobs, text, finish reasons) but their content is synthetic. An engine
@@ -24,6 +25,7 @@ from orchestrator.contracts.fingerprint import TokenizerFingerprint
 from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.tokenizer import TokenizerBundle
 from orchestrator.rollout.launcher import EngineLauncher
+from workers.rollout.group_queue import Collected, GroupQueue
 
 CONTENT_TOKENS = 1 << 16  # synthetic token stream that completions are cut from
 
@@ -45,11 +47,11 @@ class SyntheticContent:
 
     def samples(self, request: GroupRequest, lengths: list[int]) -> list[Sample]:
         """One sample per length: EOS ends it unless it reached `max_tokens` ("length")."""
-        rng = random.Random(f"content:{request.sampling.seed or 0}:{request.group_id}")
+        base = ((request.sampling.seed or 0) * 0x9E3779B1 + request.group_id * 0x85EBCA77) & 0xFFFFFFFF
         max_tokens = request.sampling.max_tokens
         samples = []
         for index, length in enumerate(lengths):
-            start = rng.randrange(CONTENT_TOKENS - length)
+            start = (base + index * 0x27D4EB2F) % (CONTENT_TOKENS - length)  # a cheap hash, not a Random per group
             ids, logprobs = self.ids[start : start + length], self.logprobs[start : start + length]
             ended_at_eos = length < max_tokens
             if ended_at_eos:
@@ -77,6 +79,8 @@ class SimulatedEngines:
     def __init__(self, timing: TokenTiming):
         self.timing = timing
         self._engines: dict[int, SimulatedEngine] = {}
+        self._queues: dict[int, GroupQueue] = {}
+        self._arrived: dict[tuple[int, int], float] = {}  # (engine id, group id) -> when the group reached this host
         self._waiting: dict[int, dict[int, asyncio.Future]] = {}  # engine id -> group key -> future
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._keys = itertools.count()
@@ -91,7 +95,7 @@ class SimulatedEngines:
             self._epoch = loop.time()
         return loop.time() - self._epoch
 
-    async def start(self, engine_id: int, tokenizer: TokenizerBundle) -> TokenizerFingerprint:
+    async def start(self, engine_id: int, tokenizer: TokenizerBundle, capacity: int) -> TokenizerFingerprint:
         """Load the shipped tokenizer (once per host) and report its fingerprint, as a real engine does."""
         key = b"".join(tokenizer.files[name] for name in sorted(tokenizer.files))
         if key not in self._fingerprints:
@@ -99,17 +103,42 @@ class SimulatedEngines:
         found = self._fingerprints[key]
         if self._content is None:
             self._content = SyntheticContent(found.vocab_size, found.eos_token_id or 0)
-            gc.collect()  # the imports above are here to stay: keep the collector off them (see pool.py)
+            gc.collect()  # the imports above are here to stay: keep the collector off them (orchestrator/rollout/collector.py)
             gc.freeze()
         self._engines[engine_id] = SimulatedEngine(self.timing, now=self._now())
         self._waiting[engine_id] = {}
+        self._queues[engine_id] = GroupQueue(lambda request: self._generate(engine_id, request), capacity)
         return found
 
-    async def generate(self, engine_id: int, request: GroupRequest) -> GroupResult:
+    async def exchange(
+        self, engine_id: int, batch: int, requests: list[GroupRequest], linger_s: float, refill_at: int | None
+    ) -> Collected:
+        self.submit(engine_id, batch, requests)
+        return await self._queue(engine_id).collect(batch, linger_s, refill_at)
+
+    def submit(self, engine_id: int, batch: int, requests: list[GroupRequest]) -> None:
+        arrived = self._now()
+        for request in requests:
+            self._arrived[engine_id, request.group_id] = arrived
+        self._queue(engine_id).submit(batch, requests)
+
+    def withdraw(self, engine_id: int, batch: int) -> list[GroupRequest]:
+        return self._queue(engine_id).withdraw(batch)
+
+    def _queue(self, engine_id: int) -> GroupQueue:
+        if engine_id not in self._engines:
+            raise EngineDeadError(f"simulated engine {engine_id} is not running")
+        return self._queues[engine_id]
+
+    async def _generate(self, engine_id: int, request: GroupRequest) -> GroupResult:
         engine = self._engines.get(engine_id)
         if engine is None:
             raise EngineDeadError(f"simulated engine {engine_id} is not running")
-        self._deliver(engine_id, engine.advance(self._now()))
+        # A group starts once it has arrived and a running one has made room (the engine's clock, which
+        # timers move to each finish): the moment a real engine's queue would start it, however late
+        # this host, sharing its cores with the driver, gets to it (that lag is reported apart).
+        arrived = self._arrived.pop((engine_id, request.group_id), None)
+        self._deliver(engine_id, engine.advance(max(engine.clock, self._now() if arrived is None else arrived)))
         lengths = completion_lengths(
             request.sampling.seed,
             request.group_id,
@@ -136,12 +165,14 @@ class SimulatedEngines:
         at = self._engines[engine_id].next_group_done()
         if at is not None:
             loop = asyncio.get_running_loop()
-            self._timers[engine_id] = loop.call_at(self._epoch + at, self._on_timer, engine_id)
+            self._timers[engine_id] = loop.call_at(self._epoch + at, self._on_timer, engine_id, at)
 
-    def _on_timer(self, engine_id: int) -> None:
+    def _on_timer(self, engine_id: int, at: float) -> None:
+        """Move the engine to the moment its next group finishes (not to now, which may be later on a
+        busy host: a group queued behind it starts at that moment)."""
         self._timers.pop(engine_id, None)
         if engine_id in self._engines:
-            self._deliver(engine_id, self._engines[engine_id].advance(self._now()))
+            self._deliver(engine_id, self._engines[engine_id].advance(max(self._engines[engine_id].clock, at)))
             self._schedule(engine_id)
 
     def _deliver(self, engine_id: int, finished: list[tuple[int, float]]) -> None:
@@ -153,6 +184,7 @@ class SimulatedEngines:
     def kill(self, engine_id: int) -> None:
         """The engine dies: its groups fail with EngineDeadError and it takes no more."""
         self._engines.pop(engine_id, None)
+        self._queues.pop(engine_id, None)
         timer = self._timers.pop(engine_id, None)
         if timer is not None:
             timer.cancel()
@@ -200,10 +232,12 @@ class _Routed:
 class SimulatedEngineHandle:
     """What the pool holds for one simulated engine: the `RolloutWorker` methods the pool calls."""
 
-    def __init__(self, host, engine_id: int, tokenizer_ref):
+    def __init__(self, host, engine_id: int, tokenizer_ref, capacity: int):
         self.host, self.engine_id = host, engine_id
-        self.start = _Routed(host.start, engine_id, tokenizer_ref)
-        self.generate = _Routed(host.generate, engine_id)
+        self.start = _Routed(host.start, engine_id, tokenizer_ref, capacity)
+        self.exchange = _Routed(host.exchange, engine_id)
+        self.submit = _Routed(host.submit, engine_id)
+        self.withdraw = _Routed(host.withdraw, engine_id)
         self.shutdown = _Routed(host.shutdown, engine_id)
         self.policy_version = _Routed(host.policy_version, engine_id)
         self.responsive = _Routed(host.responsive, engine_id)
@@ -223,7 +257,9 @@ class SimulatedLauncher(EngineLauncher):
         if not self.hosts:  # Ray is up once the pool launches its first engine
             actor = ray.remote(SimulatedEngines).options(num_cpus=0, max_concurrency=1_000_000)
             self.hosts = [actor.remote(self.timing) for _ in range(self.host_count)]
-        return SimulatedEngineHandle(self.hosts[engine_id % len(self.hosts)], engine_id, tokenizer_ref)
+        return SimulatedEngineHandle(
+            self.hosts[engine_id % len(self.hosts)], engine_id, tokenizer_ref, config.max_inflight_samples
+        )
 
     def kill(self, handle) -> None:
         handle.host.kill.remote(handle.engine_id)

@@ -69,6 +69,11 @@ def run_bench(args: argparse.Namespace) -> int:
         print(_table(result))
         _save(args.out, result)
         return 0
+    if args.only == "generation":
+        result["generation"] = {case.name: _measure(case, args) for case in cases}
+        print(_generation_table(result["generation"]))
+        _save(args.out, result)
+        return 0
     result["cases"] = {case.name: _measure(case, args) for case in cases}
     train = next(iter(result["cases"].values()))["train"]
     result["sync"] = {
@@ -104,16 +109,20 @@ def _measure(case: Case, args: argparse.Namespace) -> dict:
     n, tokens, eos = args.num_generations, case.max_tokens, case.ignore_eos
     label = f"[{case.name}: {'exactly' if eos else 'EOS, at most'} {tokens} tokens]"
     r = {"max_tokens": tokens, "ignore_eos": eos, "model": str(case.model)}
-    r["raw_vllm"] = generation.raw_vllm(case.model, prompt_ids, n, tokens, seed=0, ignore_eos=eos)
+    repeats = args.repeats
+    r["raw_vllm"] = generation.raw_vllm(case.model, prompt_ids, n, tokens, seed=0, ignore_eos=eos, repeats=repeats)
     r["mean_completion_tokens"] = r["raw_vllm"]["tokens"] / (len(prompt_ids) * n)
     print(
-        f"{label} raw vLLM: {r['raw_vllm']['tokens_per_s']:.0f} tok/s ({r['mean_completion_tokens']:.0f} tokens/sample)",
+        f"{label} raw vLLM: {r['raw_vllm']['tokens_per_s']:.0f} tok/s, median of {_rates(r['raw_vllm'])} "
+        f"({r['mean_completion_tokens']:.0f} tokens/sample)",
         flush=True,
     )
     r["pool"] = generation.pool(
-        case.model, tokenizer, prompts, prompt_ids, n, tokens, seed=0, engines=args.engines, ignore_eos=eos
+        case.model, tokenizer, prompts, prompt_ids, n, tokens, seed=0, engines=args.engines, ignore_eos=eos, repeats=repeats
     )
-    print(f"{label} our pool: {r['pool']['tokens_per_s']:.0f} tok/s", flush=True)
+    print(f"{label} our pool: {r['pool']['tokens_per_s']:.0f} tok/s, median of {_rates(r['pool'])}", flush=True)
+    if args.only == "generation":
+        return r
     r["hf_generate"] = generation.hf_generate(case.model, prompt_ids, n, tokens, seed=0, ignore_eos=eos)
     print(f"{label} HF generate: {r['hf_generate']['tokens_per_s']:.0f} tok/s", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
@@ -131,6 +140,21 @@ def _measure(case: Case, args: argparse.Namespace) -> dict:
         r["trl"] = training.trl(case.model, args.steps, args.prompts, n, tokens, 0, Path(scratch) / "trl", ignore_eos=eos)
         print(f"{label} TRL GRPOTrainer: {r['trl']['samples_per_s']:.1f} samples/s", flush=True)
     return r
+
+
+def _generation_table(cases: dict) -> str:
+    lines = ["| case | raw vLLM, tok/s (runs) | our pool, tok/s (runs) | pool / raw vLLM (medians) |", "|---|---|---|---|"]
+    for name, case in cases.items():
+        raw, pool = case["raw_vllm"], case["pool"]
+        lines.append(
+            f"| {name} | {raw['tokens_per_s']:.0f} ({_rates(raw)}) | {pool['tokens_per_s']:.0f} ({_rates(pool)}) "
+            f"| {pool['tokens_per_s'] / raw['tokens_per_s']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def _rates(figures: dict) -> str:
+    return ", ".join(f"{rate:.0f}" for rate in figures["runs_tokens_per_s"])
 
 
 def _learner_memory(args: argparse.Namespace) -> int:

@@ -28,7 +28,21 @@ class RolloutConfig(StrictModel):
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="GPU only: vLLM memory share.")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine.")
     max_inflight_samples: int = Field(
-        256, ge=1, description="Samples queued on one engine at a time; more groups wait on the driver."
+        256, ge=1, description="Samples one engine generates at a time (vLLM's max_num_seqs; the CPU KV cache is sized for it)."
+    )
+    max_queued_samples: int | None = Field(
+        None,
+        ge=0,
+        description="Samples an engine holds queued behind those it generates, started the moment a group ends rather "
+        "than a driver round trip later; more groups wait on the driver. null: as many as max_inflight_samples. 0: the "
+        "driver holds every group an engine is not generating (a slow engine then hoards nothing).",
+    )
+    engine_calls_per_s: float = Field(
+        200.0,
+        gt=0.0,
+        description="How many result collections per second the driver asks of all engines together: an engine hands "
+        "its finished groups back together, at most every engines / engine_calls_per_s seconds (at once when it has "
+        "nothing else to do or runs out of queued groups), so the driver's Ray calls do not grow with the engine count.",
     )
     num_cpus_per_engine: float = Field(1.0, ge=0.0, description="Ray CPUs reserved for each engine actor.")
     cpu_threads_bind: str | None = Field(

@@ -13,7 +13,6 @@ A killed engine's processes leave shared memory behind; it is removed on the eng
 from __future__ import annotations
 
 import dataclasses
-import gc
 import os
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from orchestrator.contracts.fingerprint import differences, fingerprint
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
 from orchestrator.placement.labels import ROLE_LABEL, ROLLOUT_ROLE
+from orchestrator.rollout.collector import freeze_startup_objects, unfreeze
 from orchestrator.rollout.cpu_cores import CoreSlots
 from orchestrator.rollout.launcher import CLEAN_UP_TIMEOUT_S, ActorLauncher, EngineLauncher
 
@@ -115,7 +115,7 @@ class EngineGroup:
         except BaseException:
             self.shutdown()
             raise
-        _freeze_startup_objects()
+        freeze_startup_objects()
         return self
 
     def add_engine(self) -> int:
@@ -314,7 +314,7 @@ class EngineGroup:
             self.kill(engine_id, actor)
         self.actors.clear()
         self.wait_for_clean_ups()  # before the driver exits, and Ray with it
-        gc.unfreeze()  # see _freeze_startup_objects; interpreter exit then cleans up as usual
+        unfreeze()  # collector.py
 
 
 def _core_slots(cluster, config: RolloutConfig) -> CoreSlots | None:
@@ -329,15 +329,3 @@ def _core_slots(cluster, config: RolloutConfig) -> CoreSlots | None:
     if cluster.placement.mode != "local" or nodes != [ray.get_runtime_context().get_node_id()]:
         return None
     return CoreSlots(sorted(os.sched_getaffinity(0)), config.engines)
-
-
-def _freeze_startup_objects() -> None:
-    """Keep Python's cycle collector off everything the driver holds at start-up.
-
-    By now the driver has imported Ray, transformers and usually torch: millions of objects that
-    live as long as the process. Every full collection walks all of them, about a second on a small
-    CPU with the GIL held, while results are waiting; and results (each a few dozen containers)
-    trigger such collections as they pile up. Frozen objects are skipped by the collector (they
-    are still freed by reference counting); collecting first keeps existing garbage out of it."""
-    gc.collect()
-    gc.freeze()

@@ -15,11 +15,12 @@ import tempfile
 from pathlib import Path
 
 from orchestrator.contracts.fingerprint import TokenizerFingerprint
-from orchestrator.contracts.groups import GroupRequest, GroupResult
+from orchestrator.contracts.groups import GroupRequest
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle
 from workers.rollout import reaper, start_failure
 from workers.rollout import shared_memory as shm
+from workers.rollout.group_queue import Collected, GroupQueue
 from workers.rollout.processes import describe, kill_survivors
 
 
@@ -44,6 +45,7 @@ class RolloutWorker:
         self._claim = None
         self._reaper = None  # reaper.py: ends the vLLM processes if this actor dies (it goes with it)
         self._engine = None
+        self._groups: GroupQueue | None = None
         self._tools = None
 
     async def start(self) -> TokenizerFingerprint:
@@ -58,6 +60,7 @@ class RolloutWorker:
         try:
             self._engine = RolloutEngine(*self._args, call_tool=self._tools)
             await self._engine.warm_up()
+            self._groups = GroupQueue(self._engine.generate, capacity=self._args[3].max_inflight_samples)
         except Exception as error:
             self._clean_up_failed_start()
             cause = start_failure.root_cause(began)
@@ -74,8 +77,18 @@ class RolloutWorker:
         appeared = shm.entries() - self._shm_before
         shm.remove_leftovers([name for name in appeared if name.startswith(shm.VLLM_PREFIXES)], timeout_s=5.0)
 
-    async def generate(self, request: GroupRequest) -> GroupResult:
-        return await self._engine.generate(request)
+    async def exchange(self, batch: int, requests: list[GroupRequest], linger_s: float, refill_at: int | None) -> Collected:
+        """Take more groups of driver batch `batch` and hand back those finished (group_queue.py)."""
+        self._groups.submit(batch, requests)
+        return await self._groups.collect(batch, linger_s, refill_at)
+
+    def submit(self, batch: int, requests: list[GroupRequest]) -> None:
+        """Take more groups while an `exchange` call is already waiting."""
+        self._groups.submit(batch, requests)
+
+    def withdraw(self, batch: int) -> list[GroupRequest]:
+        """Give back the queued groups that have not started."""
+        return self._groups.withdraw(batch)
 
     async def responsive(self, timeout_s: float) -> bool:
         return await self._engine.responsive(timeout_s)
