@@ -43,6 +43,7 @@ def raw_vllm(
     from vllm import LLM, SamplingParams
 
     from orchestrator.rollout.cpu_cores import core_slice
+    from workers.rollout.sampling import vllm_params
 
     samples, tokens = len(prompt_ids) * n, max(map(len, prompt_ids)) + max_tokens
     before = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
@@ -61,7 +62,10 @@ def raw_vllm(
         del os.environ["VLLM_CPU_OMP_THREADS_BIND"]
     else:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = before
-    params = SamplingParams(n=n, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=1.0, seed=seed, logprobs=0)
+    # The pool's own sampling parameters, group by group (the seed of group g is seed + g): both sides
+    # then generate the same completions, so with samples ending at EOS they do the same work.
+    sampling = SamplingConfig(max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=1.0, seed=seed)
+    params = [vllm_params(sampling, n, group_id) for group_id in range(len(prompt_ids))]
     prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
     llm.generate(prompts[:1], SamplingParams(max_tokens=2, ignore_eos=True), use_tqdm=False)  # warm-up
     runs = []
