@@ -89,9 +89,13 @@ def run_bench(args: argparse.Namespace) -> int:
 
 def _save(out: str, result: dict) -> None:
     """Write `result` into the JSON file `out`, keeping the entries of other measurements there
-    (a full run does not redo `--only learner-memory`, and `--only` runs redo one part)."""
+    (a full run does not redo `--only learner-memory`, `--only` runs redo one part, and `--case`
+    one case)."""
     path = Path(out)
     saved = json.loads(path.read_text()) if path.is_file() else {}
+    for key in ("cases", "generation"):  # one case measured again replaces that case only
+        if key in saved and key in result:
+            result = {**result, key: {**saved[key], **result[key]}}
     path.write_text(json.dumps({**saved, **result}, indent=2))
     print(f"saved {out}")
 
