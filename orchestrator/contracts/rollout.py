@@ -40,9 +40,9 @@ class RolloutConfig(StrictModel):
     engine_calls_per_s: float = Field(
         200.0,
         gt=0.0,
-        description="How many result collections per second the driver asks of all engines together: an engine hands "
-        "its finished groups back together, at most every engines / engine_calls_per_s seconds (at once when it has "
-        "nothing else to do or runs out of queued groups), so the driver's Ray calls do not grow with the engine count.",
+        description="Sets how long an engine lingers to hand finished groups back together: engines / "
+        "engine_calls_per_s seconds after the first (at once when it holds nothing else, or when half its queue has "
+        "started while the driver has more groups), so the driver's calls per group fall as engines are added.",
     )
     num_cpus_per_engine: float = Field(1.0, ge=0.0, description="Ray CPUs reserved for each engine actor.")
     cpu_threads_bind: str | None = Field(

@@ -9,7 +9,12 @@ its 55 s in 13 full collections, the longest 1.7 s, while results waited.
 
 Frozen objects (`gc.freeze`) are skipped by the collector and still freed by reference counting.
 Collecting just before freezing keeps any garbage from being frozen with them, and freezing every
-`RESULTS_PER_FREEZE` groups keeps each collection as small as that.
+`RESULTS_PER_FREEZE` groups keeps each collection as small as that. What is frozen stays out of
+the collector until the pool shuts down (`unfreeze`): results hold no reference cycles and are
+freed as usual when dropped, but an object alive at a freeze that later dies in a cycle is kept
+until then. Collecting everything at the end of each large batch instead would cost a pause of
+seconds (measured: 3 s, and 94.5% -> 91.0% of the ideal at 1024 simulated engines). Batches of fewer
+than `RESULTS_PER_FREEZE` groups never freeze.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Which engine gets the next group: the least loaded one, measured in samples in flight.
 
 A plain class, so its policy is unit-tested without Ray and measurable at hundreds of engines.
-Each engine holds at most `capacity` samples; more groups wait on the driver, so a slow engine
-never hoards a queue that faster engines could drain.
+Each engine holds at most `capacity` samples (the pool's: those it generates plus those queued
+on it); more groups wait on the driver, so a slow engine hoards no more than its own queue, which
+the pool takes back at the end of a batch.
 
 The engines are kept in a heap ordered by (load, groups assigned, engine id), so a pick costs
 O(log engines) rather than a scan of every engine per group. Entries are never updated in place:

@@ -114,6 +114,17 @@ class RolloutPool:
         finished: queue.SimpleQueue[concurrent.futures.Future] = queue.SimpleQueue()
         returned: set[int] = set()  # engines whose `exchange` came back since the loop last called them
         results, holding, next_check = [], 0, 0.0  # holding: groups on engines
+        to_withdraw: set[int] = set()  # engines to ask for their queued groups back, at the end of the batch
+
+        def call(engine_id: int, method: str, *args) -> None:
+            future = getattr(engines.actors[engine_id], method).remote(batch, *args).future()
+            calls[future] = (engine_id, method)
+            if method == "exchange":
+                calling.add(engine_id)
+            else:
+                side_calls[engine_id] += 1
+            future.add_done_callback(finished.put)
+
         freezer = ResultFreezer()  # results pile up: keep the collector from re-walking them (collector.py)
 
         def died(engine_id: int, error: BaseException) -> None:
@@ -142,31 +153,23 @@ class RolloutPool:
                 held[engine_id][request.group_id] = request
                 holding += 1
                 dispatcher.started(engine_id, request.num_generations)
-            if not pending and not tail:
+            if not pending and not tail:  # every group is out: take back what waits in engines' queues
                 tail = True
                 dispatcher.capacity = config.max_inflight_samples
-                for engine_id, load in dispatcher.load.items():
-                    if load > dispatcher.capacity:
-                        future = engines.actors[engine_id].withdraw.remote(batch).future()
-                        calls[future] = (engine_id, "withdraw")
-                        side_calls[engine_id] += 1
-                        future.add_done_callback(finished.put)
+                to_withdraw = {engine_id for engine_id, groups in held.items() if groups}
             linger_s = len(engines.actors) / config.engine_calls_per_s
             refill_at = queued // 2 if not tail else 0
             for engine_id in returned | outgoing.keys():
                 if engine_id in calling:  # groups taken back at the end of the batch, or from a dead engine
-                    future = engines.actors[engine_id].submit.remote(batch, outgoing[engine_id]).future()
-                    calls[future] = (engine_id, "submit")
-                    side_calls[engine_id] += 1
-                    future.add_done_callback(finished.put)
+                    call(engine_id, "submit", outgoing[engine_id])
                 elif held.get(engine_id):
-                    actor = engines.actors[engine_id]
-                    future = actor.exchange.remote(
-                        batch, outgoing.get(engine_id, []), linger_s, refill_at if pending else None
-                    ).future()
-                    calls[future] = (engine_id, "exchange")
-                    calling.add(engine_id)
-                    future.add_done_callback(finished.put)
+                    call(engine_id, "exchange", outgoing.get(engine_id, []), linger_s, refill_at if pending else None)
+            # After the engine's earlier calls of this batch, so that it gives back this batch's queue (and
+            # hands results back at once from then on); an engine sent groups just now is asked next pass.
+            for engine_id in [e for e in to_withdraw if e not in outgoing and e not in returned]:
+                to_withdraw.discard(engine_id)
+                if held.get(engine_id):
+                    call(engine_id, "withdraw")
             returned.clear()
             if time.monotonic() >= next_check:  # each check looks at every busy engine: not once per result
                 next_check = time.monotonic() + WATCHDOG_TICK_S

@@ -56,16 +56,16 @@ class GroupQueue:
         return len(self._queued) + len(self._running)
 
     def submit(self, batch: int, requests: list[GroupRequest]) -> None:
-        """Queue `requests` of driver batch `batch` (a new batch drops whatever an older one left)."""
-        if batch != self._batch:
-            self._drop_batch(batch)
-        self._queued.extend(requests)
-        self._start()
+        """Queue `requests` of driver batch `batch` (a new batch drops whatever an older one left; a
+        late call of an older batch is ignored)."""
+        if self._follow(batch):
+            self._queued.extend(requests)
+            self._start()
 
     def withdraw(self, batch: int) -> list[GroupRequest]:
         """Give back the queued groups that have not started (the driver sends them to engines with room
         at the end of a batch), and from now on hand results back as they come."""
-        if batch != self._batch:
+        if not self._follow(batch):
             return []
         taken = list(self._queued)
         self._queued.clear()
@@ -124,6 +124,14 @@ class GroupQueue:
             self._done.append(task.result())
         self._start()
         self._changed.set()
+
+    def _follow(self, batch: int) -> bool:
+        """Move to `batch` if it is newer; False for a call of an older one."""
+        if self._batch is not None and batch < self._batch:
+            return False
+        if batch != self._batch:
+            self._drop_batch(batch)
+        return True
 
     def _drop_batch(self, batch: int) -> None:
         for task in self._running:

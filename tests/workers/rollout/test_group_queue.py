@@ -128,11 +128,11 @@ def test_withdraw_gives_back_only_groups_not_started_and_results_then_come_at_on
     async def main():
         engine = FakeEngine()
         queue = GroupQueue(engine.run, capacity=4)
-        queue.submit(0, [_request(i) for i in range(3)])
+        queue.submit(1, [_request(i) for i in range(3)])
         await _settle()
-        assert [r.group_id for r in queue.withdraw(0)] == [1, 2]
-        assert queue.withdraw(1) == []  # another batch's: nothing
-        collecting = asyncio.ensure_future(queue.collect(0, linger_s=30.0, refill_at=None))
+        assert [r.group_id for r in queue.withdraw(1)] == [1, 2]
+        assert queue.withdraw(0) == []  # an older batch's: nothing
+        collecting = asyncio.ensure_future(queue.collect(1, linger_s=30.0, refill_at=None))
         engine.finish(0)
         collected = await asyncio.wait_for(collecting, 1.0)
         assert [r.group_id for r in collected.results] == [0] and engine.started == [0]
@@ -170,5 +170,23 @@ def test_a_new_batch_cancels_what_an_abandoned_one_left_and_never_returns_its_re
         engine.finish(10)
         collected = await asyncio.wait_for(queue.collect(1, linger_s=30.0, refill_at=None), 1.0)
         assert [r.group_id for r in collected.results] == [10] and collected.held == 0
+
+    asyncio.run(main())
+
+
+def test_a_late_call_of_an_older_batch_changes_nothing():
+    async def main():
+        engine = FakeEngine()
+        queue = GroupQueue(engine.run, capacity=4)
+        queue.submit(1, [_request(0), _request(1)])
+        await _settle()
+        queue.submit(0, [_request(9)])  # reached the engine after batch 1's call
+        assert queue.withdraw(0) == []
+        await _settle()
+        assert engine.started == [0] and engine.cancelled == [] and queue.held == 2
+        engine.finish(0)
+        collected = await asyncio.wait_for(queue.collect(1, linger_s=0.0, refill_at=None), 1.0)
+        assert [r.group_id for r in collected.results] == [0] and collected.held == 1
+        await engine.finish_all()
 
     asyncio.run(main())
