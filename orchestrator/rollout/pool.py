@@ -91,7 +91,8 @@ class RolloutPool:
         returns with the groups it finished. Each call's future reports to one queue as it resolves,
         so what the loop does per result does not grow with the engines: a `ray.wait` over every
         waiting call would. An engine lingers up to engines / `rollout.engine_calls_per_s` seconds to
-        hand several results back together, so the driver's calls stay within that rate at any scale."""
+        hand several results back together (less when half its queue has started and more groups
+        wait), so the more engines, the more results each call carries."""
         import ray
 
         engines = self.engines
