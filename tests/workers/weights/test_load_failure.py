@@ -62,7 +62,9 @@ def test_an_engine_whose_load_fails_refuses_to_generate_and_is_replaced(pool, le
 
     requests = _requests(learner_tokenizer)
     with pytest.raises(ray.exceptions.RayTaskError, match="refuses to generate until the pool replaces it") as refused:
-        ray.get(actor.generate.remote(requests[0]))  # what a client of this engine sees: no samples from mixed weights
+        # What the pool's call to this engine gets: no samples from mixed weights. (A batch number beyond
+        # any of the pool's: the engine is replaced just below, and takes no other batch.)
+        ray.get(actor.exchange.remote(1 << 30, [requests[0]], 0.0, None))
     assert isinstance(refused.value.cause, WeightLoadFailedError)
     assert ray.get(actor.policy_version.remote()) == version_before
 
