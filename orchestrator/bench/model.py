@@ -78,6 +78,36 @@ def wide_vocab_model(vocab_size: int = QWEN_VOCAB, hidden: int = 128, layers: in
     return folder
 
 
+def real_size_model(seed: int = 0) -> Path:
+    """Qwen2.5-0.5B's architecture at full size (494M parameters: 24 layers, hidden 896, 151,936-row
+    tied embeddings), random seeded weights saved in bfloat16 as the real checkpoint is, and the tiny
+    tokenizer (whose ids are the first rows): real-size memory and weight sync without a download."""
+    folder = cache_root() / f"bench-qwen2.5-0.5b-arch-s{seed}"
+    if (folder / "config.json").is_file():
+        return folder
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model().tokenizer_dir)
+    config = Qwen2Config(
+        vocab_size=QWEN_VOCAB,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    _publish(folder, Qwen2ForCausalLM(config).to(torch.bfloat16), tokenizer)
+    return folder
+
+
 def _publish(folder: Path, model, tokenizer) -> None:
     """Written whole to a staging folder, then renamed: a build cut short never looks finished."""
     staging = folder.with_name(folder.name + ".partial")

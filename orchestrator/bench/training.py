@@ -26,8 +26,9 @@ def ours(
     out_dir: Path,
     ignore_eos: bool = True,
     learner: dict | None = None,
+    rollout: dict | None = None,
 ) -> dict:
-    """Our `train` loop; `learner` overrides the learner section (e.g. PREVIOUS_LEARNER)."""
+    """Our `train` loop; `learner` and `rollout` override those sections (e.g. PREVIOUS_LEARNER)."""
     from orchestrator.builtin import search_task
     from orchestrator.config.train import TrainConfig
     from orchestrator.launch import canonical_tokenizer, start_training
@@ -48,6 +49,7 @@ def ours(
         plot_steps=10**6,
         reward_funcs=["builtin:search_call"],
         learner=learner or {},
+        rollout=rollout or {},
     )
     parts = start_training(config, str(model), canonical_tokenizer(config, str(model)))
     try:

@@ -45,6 +45,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return _learner_memory(args)
     if args.only == "correction":
         return _correction(args)
+    if args.only == "real-size":
+        return _real_size(args)
     model = Path(args.model) if args.model else bench_model()
     cases = [Case("fixed", model, args.max_tokens, ignore_eos=True)]
     if not args.model:  # the stop-at-EOS variant of the built-in model
@@ -208,6 +210,22 @@ def _correction(args: argparse.Namespace) -> int:
     result["machine"] = machine
     print(correction.table(result))
     _save(args.out, {"correction": result})
+    return 0
+
+
+def _real_size(args: argparse.Namespace) -> int:
+    """Qwen2.5-0.5B's architecture at full size (orchestrator/bench/real_size.py). Replaces only the
+    real_size entry of an existing `--out` file."""
+    from orchestrator.bench import real_size
+    from orchestrator.bench.model import real_size_model
+
+    model = Path(args.model) if args.model else real_size_model()
+    machine = f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}"
+    print(f"real size on {machine}; model {parameter_count(model) / 1e6:.1f}M parameters; {args.steps} steps", flush=True)
+    result = real_size.measure(model, args.steps)
+    result["machine"] = machine
+    print(real_size.table(result))
+    _save(args.out, {"real_size": result})
     return 0
 
 

@@ -1,0 +1,55 @@
+"""A real model's size on this node (`python -m orchestrator bench --only real-size`): Qwen2.5-0.5B's
+architecture at full size (494M parameters, random weights built locally: orchestrator/bench/model.py)
+trains a few steps of 2 prompts x 4 samples x 16 tokens (`rollout.max_model_len` 512,
+`learner.micro_batch_size` 4) while the node's memory is sampled (orchestrator/bench/node_memory.py).
+Prints the node's peak with what held it, each component's own peak, and the weight sync's time.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from orchestrator.bench import node_memory
+
+PROMPTS, GENERATIONS, TOKENS, MAX_MODEL_LEN, MICRO_BATCH = 2, 4, 16, 512, 4
+
+
+def measure(model: Path, steps: int) -> dict:
+    from orchestrator.bench import training
+
+    with tempfile.TemporaryDirectory(prefix="bench-real-size-") as scratch, node_memory.NodeMemory() as memory:
+        run = training.ours(
+            model,
+            steps,
+            PROMPTS,
+            GENERATIONS,
+            TOKENS,
+            seed=0,
+            out_dir=Path(scratch) / "run",
+            learner={"micro_batch_size": MICRO_BATCH},
+            rollout={"max_model_len": MAX_MODEL_LEN},
+        )
+    return {
+        "model": str(model),
+        "steps": steps,
+        "memory": memory.report(),
+        "sync_bytes": run["sync_bytes"],
+        "sync_s": run["sync_s"],
+        "sync_gb_per_s": run["sync_bytes"] / run["sync_s"] / 1e9,
+        "step_s": run["step_s"],
+        "time/learner_step": run["time/learner_step"],
+    }
+
+
+def table(result: dict) -> str:
+    memory = result["memory"]
+    lines = ["| component | at the node's peak, GB | its own peak, GB |", "|---|---|---|"]
+    for name in node_memory.COMPONENTS:
+        lines.append(f"| {name} | {memory['at_peak_gb'][name]:.2f} | {memory['own_peak_gb'][name]:.2f} |")
+    lines.append(f"| **node** (before the run: {memory['baseline_gb']:.2f}) | **{memory['node_gb']:.2f}** | |")
+    lines.append(
+        f"weight sync: {result['sync_bytes'] / 1e9:.2f} GB in {result['sync_s']:.2f} s = {result['sync_gb_per_s']:.2f} GB/s; "
+        f"step {result['step_s']:.1f} s (learner {result['time/learner_step']:.1f} s)"
+    )
+    return "\n".join(lines)
