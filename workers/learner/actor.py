@@ -52,6 +52,7 @@ class Learner:
             self._tokenizer_dir = tempfile.TemporaryDirectory(prefix="learner-tokenizer-")
             tokenizer = str(tokenizer.write_to(Path(self._tokenizer_dir.name)))
         self._learner = GRPOLearner(config, model, tokenizer)
+        self._publication = None  # the weights being handed out to engines (workers/weights/publication.py)
         if resume_from is not None:
             self._learner.load_state(resume_from)
 
@@ -64,23 +65,35 @@ class Learner:
         return json.dumps(config.to_dict(), indent=2).encode()
 
     def train_step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        self._keep_publication()
         return self._learner.train_step(batch)
 
     # Object-store path (workers/weights/object_store.py).
     def publish_weights(self, bucket_bytes: int, adapter_only: bool = False) -> tuple[list, int]:
-        """Put the weights (a LoRA run's `adapter_only`: its adapter) in Ray's object store in buckets;
-        returns (bucket refs, bytes)."""
-        from workers.weights.object_store import publish
+        """Open a publication of the weights (a LoRA run's `adapter_only`: its adapter) in buckets of
+        about `bucket_bytes`; returns (bucket headers, bytes). `weight_bucket` hands them out."""
+        from workers.weights.publication import Publication
 
-        return publish(self._learner.named_weights(adapter_only), bucket_bytes)
+        self._publication = Publication(self._learner.named_weights(adapter_only), bucket_bytes)
+        return self._publication.headers, self._publication.nbytes
+
+    def weight_bucket(self, index: int):
+        """Bucket `index` of the open publication: Ray stores it as this returns."""
+        return self._publication.bucket(index)
 
     def adapter_config(self) -> dict | None:
         return self._learner.adapter_config()
 
-    def published_checksum(self, bucket_refs: list) -> str:
-        from workers.weights.object_store import published_checksum
+    def published_checksum(self) -> str | None:
+        """Close the publication: the checksum of its buckets, or None if some were never asked for
+        (every engine failed before the end)."""
+        publication, self._publication = self._publication, None
+        return None if publication.open else publication.checksum()
 
-        return published_checksum(bucket_refs)
+    def _keep_publication(self) -> None:
+        """The weights are about to change: a publication still open keeps the buckets it has left."""
+        if self._publication is not None and self._publication.open:
+            self._publication.keep()
 
     # NCCL path (workers/weights/nccl.py): the learner is rank 0 of the NCCL weight-transfer group.
     def nccl_endpoint(self) -> tuple[str, int]:

@@ -93,12 +93,17 @@ class RolloutWorker:
     async def responsive(self, timeout_s: float) -> bool:
         return await self._engine.responsive(timeout_s)
 
-    async def load_weights(self, bucket_refs: list, version: int) -> tuple[int, str]:
-        """Fetch the learner's weight buckets from the object store and load them; returns
-        (policy version, checksum received) for the provenance check."""
-        from workers.weights.object_store import fetch
+    async def load_weights(self, headers: list, version: int, timeout_s: float) -> tuple[int, str]:
+        """Load the learner's weights as `feed_weights` brings them (workers/weights/object_store.py);
+        returns (policy version, checksum received) for the provenance check."""
+        return await self._engine.load_weights(headers, version, timeout_s)
 
-        return await self._engine.load_weights(await fetch(bucket_refs), version)
+    async def feed_weights(self, version: int, index: int, bucket) -> None:
+        """One bucket of the load of `version`, read in place from the object store on this node."""
+        await self._engine.feed_weights(version, index, bucket)
+
+    def abort_weights(self, version: int) -> None:
+        self._engine.abort_weights(version)
 
     async def init_nccl(self, init_info: dict) -> None:
         await self._engine.init_nccl(init_info)

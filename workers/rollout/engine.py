@@ -27,11 +27,12 @@ from workers.rollout.multi_turn import CallTool, Vocabulary, run_sample
 from workers.rollout.sampling import to_samples, to_turn, turn_params, turn_seed, vllm_params
 from workers.weights import adapters
 from workers.weights.buckets import WeightBucket, checksum
+from workers.weights.incoming import IncomingWeights
 from workers.weights.loading import WeightLoads
-from workers.weights.staging import StagingBuffer
 
 Device = Literal["cpu", "cuda"]
 CPU_KV_CACHE_BYTES = 256 << 20
+FEED_WAIT_S = 60.0  # how long a bucket waits for its load to start (the driver sends the load first)
 
 
 # vLLM's accepted `max_lora_rank` values (vllm/config/lora.py: MaxLoRARanks).
@@ -107,7 +108,8 @@ class RolloutEngine:
         self.policy_version = 0
         self._request_ids = itertools.count()
         self._call_tool = call_tool
-        self._staging = StagingBuffer()  # weights reach vLLM's workers through it
+        self._incoming: dict[int, IncomingWeights] = {}  # loads under way, by policy version
+        self._incoming_changed = asyncio.Event()
         self._loading = asyncio.Lock()
         self._joining = False  # in the NCCL rendezvous of `init_nccl`
         # A LoRA run's bundle holds PEFT's adapter_config.json: the engine serves the adapter the learner sends.
@@ -231,32 +233,48 @@ class RolloutEngine:
             return self._loads.loading  # a load that began meanwhile holds the engine process
         return True
 
-    async def load_weights(self, buckets: list[WeightBucket], version: int) -> tuple[int, str]:
-        """Lay the buckets out in shared memory, then pause, load them in place, resume; requests in
-        flight are kept, not dropped. Staging first keeps the copy out of the pause. A load that
-        fails (or whose workers disagree) raises `WeightLoadFailedError` and never resumes. In a LoRA
-        run the adapter's buckets replace the adapter served (workers/weights/adapters.py)."""
-        base, adapter = adapters.split(buckets)
-        if adapter and self._adapter_config is None:
-            raise ValueError(f"engine {self.engine_id} was sent a LoRA adapter but was not started for one")
+    async def load_weights(self, headers: list, version: int, timeout_s: float) -> tuple[int, str]:
+        """Pause, load the buckets `feed_weights` passes on as they arrive, resume; requests in flight
+        are kept, not dropped. `headers` are the buckets' `WeightBucket.header()`s, in feeding order;
+        no bucket may wait longer than `timeout_s` for the one before it. A load that fails (or whose
+        workers disagree) raises `WeightLoadFailedError` and never resumes. In a LoRA run the adapter's
+        buckets replace the adapter served (workers/weights/adapters.py)."""
+        incoming = IncomingWeights(version, headers, timeout_s)
+        self._incoming[version] = incoming  # before any wait: the first feeds may be here already
+        self._incoming_changed.set()
+        try:
+            if incoming.adapter_count and self._adapter_config is None:
+                raise ValueError(f"engine {self.engine_id} was sent a LoRA adapter but was not started for one")
 
-        async def load() -> str:
-            base_digest = await self._load_base(staged) if base else None
-            adapter_digest = await self._load_adapter(adapter) if adapter else None
-            return adapters.combined_checksum(base_digest, adapter_digest)
+            async def load() -> str:
+                base_digest = await self._load_base(incoming.message) if incoming.ring else None
+                adapter_digest = await self._load_adapter(await incoming.adapter()) if incoming.adapter_count else None
+                return adapters.combined_checksum(base_digest, adapter_digest)
 
-        async with self._loading:  # one load at a time: they share the staging region
-            self._loads.check()  # before staging: a failed engine takes no more loads
-            staged = self._staging.stage(base) if base else None
-            digest = await self._loads.load(version, load)
+            async with self._loading:  # one load at a time
+                self._loads.check()  # a failed engine takes no more loads
+                digest = await self._loads.load(version, load)
+        finally:
+            incoming.close()
+            del self._incoming[version]
         self.policy_version = version
         return version, digest
 
-    async def _load_base(self, staged) -> str:
-        try:
-            checksums = await self._llm.collective_rpc("load_weight_buckets", args=(staged,))
-        finally:
-            self._staging.attached()
+    async def feed_weights(self, version: int, index: int, bucket: WeightBucket) -> None:
+        """Bucket `index` of the load of `version`; returns once it is passed on (the object store may
+        free it then)."""
+        while version not in self._incoming:  # its `load_weights` call may not have started yet
+            self._incoming_changed.clear()
+            await asyncio.wait_for(self._incoming_changed.wait(), FEED_WAIT_S)
+        await self._incoming[version].feed(index, bucket)
+
+    def abort_weights(self, version: int) -> None:
+        """Stop the load of `version` (the driver gave it up): it fails, and the engine stays paused."""
+        if version in self._incoming:
+            self._incoming[version].close()
+
+    async def _load_base(self, message: dict) -> str:
+        checksums = await self._llm.collective_rpc("load_weight_buckets", args=(message,))
         if len(set(checksums)) != 1:
             raise RuntimeError(f"workers loaded different weights: {checksums}")
         return checksums[0]
@@ -307,4 +325,5 @@ class RolloutEngine:
 
     def shutdown(self) -> None:
         self._llm.shutdown()
-        self._staging.close()
+        for incoming in list(self._incoming.values()):
+            incoming.close()

@@ -39,6 +39,11 @@ def is_adapter(bucket: WeightBucket) -> bool:
     return bool(bucket.entries) and bucket.entries[0].name.startswith(ADAPTER_PREFIX)
 
 
+def is_adapter_header(header: list) -> bool:
+    """`is_adapter` of a bucket's `WeightBucket.header()`."""
+    return bool(header) and header[0][0].startswith(ADAPTER_PREFIX)
+
+
 def split(buckets: Iterable[WeightBucket]) -> tuple[list[WeightBucket], list[WeightBucket]]:
     """(base buckets, adapter buckets)."""
     base, adapter = [], []

@@ -2,10 +2,11 @@
 
 A bucket is the (name, dtype, shape, offset) of whole tensors laid out back to back (64-byte
 aligned) plus each tensor's bytes. On the learner those bytes are views of the weights themselves:
-`ray.put` copies them into Ray's object store, the only copy on the learner's side. The engine
-actor reads them in place from the store and writes them, laid out, into the shared-memory region
-its vLLM workers read (workers/weights/staging.py). Unpacking is zero-copy. The checksum lets the
-orchestrator prove every engine received exactly what the learner sent.
+Ray copies each into its object store as the learner hands it out (workers/weights/publication.py),
+the only copy on the learner's side. The engine actor reads it in place from the store and writes
+it, laid out, into the shared-memory ring its vLLM workers read (workers/weights/staging.py).
+Unpacking is zero-copy. The checksum lets the orchestrator prove every engine received exactly
+what the learner sent.
 """
 
 from __future__ import annotations
@@ -81,11 +82,24 @@ def checksum(buckets: Iterable[WeightBucket]) -> str:
     """XXH3-128 over every tensor's name, dtype, shape and bytes, in order. It proves the bytes
     arrived unchanged (any flipped byte changes it) at about memory speed on one core: 84 MB in
     ~13 ms here, against sha256's ~85 ms, on the critical path of every sync."""
-    import xxhash
-
-    digest = xxhash.xxh3_128()
+    digest = Checksum()
     for bucket in buckets:
+        digest.add(bucket)
+    return digest.hexdigest()
+
+
+class Checksum:
+    """`checksum`, a bucket at a time: for buckets that are never all in memory at once."""
+
+    def __init__(self):
+        import xxhash
+
+        self._digest = xxhash.xxh3_128()
+
+    def add(self, bucket: WeightBucket) -> None:
         for entry, chunk in zip(bucket.entries, bucket.chunks):
-            digest.update(f"{entry.name}|{entry.dtype}|{entry.shape}|".encode())
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
+            self._digest.update(f"{entry.name}|{entry.dtype}|{entry.shape}|".encode())
+            self._digest.update(chunk)
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()[:16]

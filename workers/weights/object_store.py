@@ -1,50 +1,33 @@
 """Weight sync through Ray's object store: the CPU path, and the fallback on any cluster.
 
-    learner actor    publish(weights)        buckets put in the store (its one copy of them)
-    engine actor     fetch(bucket_refs)      read in place on its node, then RolloutEngine.load_weights
-                                             stages them in shared memory and its vLLM workers load
-                                             them (vllm_worker.py)
-    driver           ObjectStoreTransport    one deadline; checksums verified; dead engines reported
+    learner actor    publish_weights, weight_bucket(i)   a bucket at a time, views of its weights
+                                                          (workers/weights/publication.py)
+    engine actor     load_weights, feed_weights(i)        each bucket read in place from the store on
+                                                          its node and passed to its vLLM worker through
+                                                          a small shared-memory ring (incoming.py,
+                                                          staging.py, vllm_worker.py)
+    driver           ObjectStoreTransport                 streams the buckets, one deadline, checksums
 
-Each engine reports the checksum of what its vLLM workers loaded, which must equal the learner's
-checksum of what it published (computed while the engines load). An engine whose load fails is
-reported in `SyncReport.dead` and refuses to generate until replaced.
+The weights are streamed: each engine has at most `WINDOW` buckets in flight, and a bucket is
+freed from the store once every engine has taken it, so a sync holds a few buckets in memory
+beside the weights themselves, not copies of the whole model (an engine that falls behind holds
+more, up to the whole model, rather than holding the others back).
+
+Each engine reports the checksum of what its vLLM worker loaded, which must equal the learner's
+checksum of what it handed out. An engine whose load fails is reported in `SyncReport.dead` and
+refuses to generate until replaced. A learner that fails or stalls mid-stream leaves the engines
+half-loaded: their loads are stopped (they refuse to generate, and are replaced) and the learner's
+failure is raised.
 """
 
 from __future__ import annotations
 
 import time
 
-from workers.weights import adapters
-from workers.weights.buckets import WeightBucket
 from workers.weights.rounds import await_round, verify
-from workers.weights.transport import SyncReport, WeightTransport
+from workers.weights.transport import LearnerSyncTimeout, SyncReport, WeightTransport
 
-
-# Learner side (inside the learner actor).
-def publish(named_weights, bucket_bytes: int) -> tuple[list, int]:
-    """Put the weights in Ray's object store in buckets; engines fetch them from there (across nodes, no
-    shared filesystem). Returns (bucket refs, bytes)."""
-    import ray
-
-    buckets = adapters.pack_apart(named_weights, bucket_bytes)
-    return [ray.put(bucket) for bucket in buckets], sum(bucket.nbytes for bucket in buckets)
-
-
-def published_checksum(bucket_refs: list) -> str:
-    """The checksum of what `publish` put in the store, read in place there: asked for while the engines
-    load, and it stays right if training goes on meanwhile."""
-    import ray
-
-    return adapters.buckets_checksum(ray.get(bucket_refs))
-
-
-# Engine side (inside the rollout actor).
-async def fetch(bucket_refs: list) -> list[WeightBucket]:
-    """The buckets, as numpy views of the object store on this node: no copy."""
-    import asyncio
-
-    return list(await asyncio.gather(*bucket_refs))
+WINDOW = 2  # buckets in flight to each engine: one being copied into its ring, one waiting
 
 
 # Driver side.
@@ -63,9 +46,127 @@ class ObjectStoreTransport(WeightTransport):
         """(checksum, bytes, failed engines) of a sync that ends by `deadline` (the NCCL path's fallback
         shares its deadline). `adapter_only`: a LoRA run's adapter, not its base weights."""
         published = learner.publish_weights.remote(self.bucket_bytes, adapter_only)
-        bucket_refs, nbytes = await_round("publishing weights", deadline, self.timeout_s, {}, published).learner
-        loads = {engine_id: actor.load_weights.remote(bucket_refs, version) for engine_id, actor in engines.items()}
-        checked = learner.published_checksum.remote(bucket_refs)  # hashed on the learner while the engines load
-        done = await_round(f"weight sync to version {version}", deadline, self.timeout_s, loads, checked)
-        verify(done.learner, version, done.engines)
-        return done.learner, nbytes, done.dead
+        headers, nbytes = await_round("publishing weights", deadline, self.timeout_s, {}, published).learner
+        loads = {e: actor.load_weights.remote(headers, version, self.timeout_s) for e, actor in engines.items()}
+        stream = BucketStream(learner, engines, version, len(headers), self.timeout_s)
+        try:
+            late = stream.run(deadline)
+            checked = learner.published_checksum.remote()  # closes the publication, once it is handed out
+            waiting = {e: ref for e, ref in loads.items() if e not in late}
+            done = await_round(f"weight sync to version {version}", deadline, self.timeout_s, waiting, checked)
+        except BaseException:
+            stream.abort()
+            raise
+        stream.abort({**late, **done.dead})
+        failed = {e: error for e, error in stream.failed.items() if e not in done.dead}  # its load did not say why
+        synced = {e: report for e, report in done.engines.items() if e not in failed}
+        if synced:  # else no engine took every bucket, and the learner handed out only some
+            verify(done.learner, version, synced)
+        return done.learner or "", nbytes, {**late, **failed, **done.dead}
+
+
+class BucketStream:
+    """The learner's buckets to every engine, each engine at its own pace, `WINDOW` at a time."""
+
+    def __init__(self, learner, engines: dict[int, object], version: int, count: int, timeout_s: float):
+        self.learner, self.engines, self.version, self.count, self.timeout_s = learner, engines, version, count, timeout_s
+        self.buckets: dict[int, object] = {}  # index -> the learner's ObjectRef, until every engine took it
+        self.sent = dict.fromkeys(engines, 0)
+        self.taken = dict.fromkeys(engines, 0)  # an engine takes its buckets in order
+        self.feeds: dict[object, int] = {}  # a feed's ObjectRef -> engine id
+        self.failed: dict[int, BaseException] = {}  # engines a feed failed for: their loads are stopped
+        self.late: dict[int, BaseException] = {}
+
+    def run(self, deadline: float) -> dict[int, BaseException]:
+        """Stream until every engine took every bucket, failed or was late (at the deadline); returns
+        the late engines. Raises the learner's failure, or `LearnerSyncTimeout` if it stalled."""
+        import ray
+
+        while True:
+            self._send()
+            if not self.feeds:
+                return self.late
+            ready, _ = ray.wait(list(self.feeds), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                self._late()
+                return self.late
+            for ref in ready:
+                if ref in self.feeds:  # not dropped with its engine meanwhile
+                    self._took(ref)
+            self._release()
+
+    def abort(self, engines=None) -> None:
+        """Stop the loads of `engines` (default: every engine): they fail at once instead of waiting."""
+        for engine_id in self.engines if engines is None else engines:
+            self.engines[engine_id].abort_weights.remote(self.version)
+
+    def _send(self) -> None:
+        for engine_id, actor in self.engines.items():
+            while engine_id not in self.failed and self.sent[engine_id] < self.count and self._in_flight(engine_id) < WINDOW:
+                index = self.sent[engine_id]
+                if index not in self.buckets:
+                    self.buckets[index] = self.learner.weight_bucket.remote(index)
+                self.feeds[actor.feed_weights.remote(self.version, index, self.buckets[index])] = engine_id
+                self.sent[engine_id] += 1
+
+    def _in_flight(self, engine_id: int) -> int:
+        return self.sent[engine_id] - self.taken[engine_id]
+
+    def _took(self, ref) -> None:
+        import ray
+
+        from orchestrator.contracts.engine_death import is_engine_death
+
+        engine_id = self.feeds.pop(ref)
+        if engine_id in self.failed:
+            return
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayError as error:
+            self._raise_if_the_learner_failed(self.taken[engine_id])
+            if not is_engine_death(error) and not isinstance(error, ray.exceptions.RayTaskError):
+                raise
+            self._drop(engine_id, error)
+            return
+        self.taken[engine_id] += 1
+
+    def _drop(self, engine_id: int, error: BaseException) -> None:
+        """The engine's load cannot finish: stop it now, so that its `load_weights` says why at once."""
+        self.failed[engine_id] = error
+        self.feeds = {ref: e for ref, e in self.feeds.items() if e != engine_id}
+        self.abort([engine_id])
+
+    def _raise_if_the_learner_failed(self, index: int) -> None:
+        """A feed also fails when its bucket does: that is the learner's failure, raised as such."""
+        import ray
+
+        ready, _ = ray.wait([self.buckets[index]], timeout=0)
+        if ready:
+            ray.get(ready[0])  # raises the learner's error, if it failed
+
+    def _release(self) -> None:
+        """Free the buckets every live engine has taken."""
+        live = [self.taken[e] for e in self.engines if e not in self.failed]
+        below = min(live, default=self.count)
+        for index in [i for i in self.buckets if i < below]:
+            del self.buckets[index]
+
+    def _late(self) -> None:
+        import ray
+
+        requested = list(self.buckets.values())
+        ready, _ = ray.wait(requested, num_returns=len(requested), timeout=0) if requested else ([], [])
+        late = sorted({e for e in self.feeds.values()})
+        within = f"did not finish within weight_sync.timeout_s={self.timeout_s}s"
+        for engine_id in late:
+            self.late[engine_id] = TimeoutError(
+                f"engine {engine_id}: weight sync to version {self.version} {within} "
+                f"({self.taken[engine_id]} of {self.count} buckets taken)"
+            )
+        self.feeds = {}
+        if len(ready) < len(requested):
+            names = ", ".join(["the learner"] + [f"engine {engine_id}" for engine_id in late])
+            raise LearnerSyncTimeout(
+                f"publishing weights (version {self.version}) {within}: waiting on {names}; the learner is stuck",
+                engines={**self.failed, **self.late},
+            )

@@ -1,116 +1,199 @@
-"""The same-node hop of a CPU weight sync: engine actor -> its vLLM worker processes, through shared memory.
+"""The same-node hop of a CPU weight sync: engine actor -> its vLLM worker, a few buckets at a time.
 
 vLLM's `collective_rpc` serialises its arguments (msgpack) and sends them over a ZMQ socket to the
 engine-core process: 84 MB of weights took about 0.5 s that way on a 2-core CPU, where copying
-them takes about 0.01 s. Instead the engine actor copies the buckets into one shared-memory region
-and the RPC carries only the bucket headers and where the region is; each worker maps the region
-once and makes its tensors as views of it. The region lives as long as the engine: one more copy
-of the weights in host memory, because memory mapped afresh for every sync costs page faults
-worth several copies.
+them takes about 0.01 s. Instead the bytes go through a small shared-memory ring of `slots` slots of
+one bucket each, and the RPC carries only the bucket headers and where the ring is:
 
-Nothing is left behind when a process dies: on Linux the region is an anonymous memfd (the worker
-opens it through /proc/<actor pid>/fd/<fd>), which the kernel frees with the last process that maps
-it. Elsewhere it is a temporary file, unlinked as soon as the workers have mapped it.
+    engine actor (StagingRing.put)              vLLM worker (StagedStream.buckets)
+    wait for a free slot, copy the bucket in,   read "bucket i is in slot s", load its tensors
+    write "i s" to the ready pipe         --->  (copied out of the slot), write "s" to the free pipe
+
+So the weights are never all in the ring at once: a model of any size passes through `slots`
+buckets of memory, each slot reused as soon as the worker has copied its tensors out (vLLM may keep
+a tensor until the rest of its layer arrives, so the worker hands it a copy, not a view of a slot
+the next bucket will overwrite). The pipes order the two processes' memory accesses and tell each
+side when the other has gone: a worker that waits longer than the message's `timeout_s`, or finds
+the actor's end closed, raises, and the load fails (workers/weights/loading.py).
+
+Nothing is left behind when a process dies: on Linux the ring is an anonymous memfd and the pipes
+belong to the actor; the worker opens all three through /proc/<actor pid>/fd/<fd>, and the kernel
+frees them with the last process that holds them. Elsewhere the ring is a temporary file, unlinked
+when the actor closes it.
 """
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import mmap
 import os
+import select
 import tempfile
 
 import numpy as np
 
 from workers.weights.buckets import ALIGN, WeightBucket
 
-_regions = itertools.count()
+SLOTS = 2  # one bucket being copied in while the worker loads the other
 
 
-class StagingBuffer:
-    """Engine actor side: one region reused sync after sync, replaced by a larger one if needed."""
+class StagingRing:
+    """Engine actor side of one load: `put` each bucket in order, then `close`."""
 
-    def __init__(self):
-        self._map: mmap.mmap | None = None
-        self._fd: int | None = None
-        self._path = ""
-        self._id = ""
-        self._unlink_after_attach = False
-
-    def stage(self, buckets: list[WeightBucket]) -> dict:
-        """Lay the buckets out in the region (one copy); returns the message the workers open it from."""
-        size = sum(_aligned(bucket.nbytes) for bucket in buckets)
-        if self._map is None or len(self._map) < size:
-            self._allocate(size)
-        region = np.frombuffer(self._map, dtype=np.uint8)
-        headers, base = [], 0
-        for bucket in buckets:
-            for entry, chunk in zip(bucket.entries, bucket.chunks):
-                start = base + entry.offset
-                np.copyto(region[start : start + entry.nbytes], np.frombuffer(chunk, dtype=np.uint8))
-            headers.append([bucket.header(), base])
-            base += _aligned(bucket.nbytes)  # each bucket starts on a cache line, as its tensors assume
-        del region  # an exported buffer would keep the map from closing
-        return {"id": self._id, "path": self._path, "size": len(self._map), "buckets": headers}
-
-    def attached(self) -> None:
-        """The workers have mapped the region: a temporary file's name is no longer needed."""
-        if self._unlink_after_attach:
-            os.unlink(self._path)
-            self._unlink_after_attach = False
-
-    def _allocate(self, size: int) -> None:
-        self.close()
+    def __init__(self, slot_bytes: int, slots: int = SLOTS):
+        self.slot_bytes = max(ALIGN, _aligned(slot_bytes))
+        self.slots = slots
+        size = self.slot_bytes * slots
         if hasattr(os, "memfd_create"):
             self._fd = os.memfd_create("grpo-weights")
-            self._path = f"/proc/{os.getpid()}/fd/{self._fd}"
+            self._path, self._temporary = f"/proc/{os.getpid()}/fd/{self._fd}", False
         else:
             self._fd, self._path = tempfile.mkstemp(prefix="grpo-weights-")
-            self._unlink_after_attach = True
+            self._temporary = True
         os.ftruncate(self._fd, size)
         self._map = mmap.mmap(self._fd, size)
-        self._id = f"{os.getpid()}-{next(_regions)}"
+        self._ready_read, self._ready_write = os.pipe()  # actor -> worker: "bucket slot\n"
+        self._free_read, self._free_write = os.pipe()  # worker -> actor: "slot\n"
+        os.set_blocking(self._free_read, False)
+        self._free: asyncio.Queue[int] = asyncio.Queue()
+        for slot in range(slots):
+            self._free.put_nowait(slot)
+        self._closed = asyncio.Event()
+        self._partial = b""
+        self._watching = False
+        self._sent = 0
+
+    def message(self, headers: list, timeout_s: float) -> dict:
+        """What the worker opens the ring from: `headers` are the buckets' `WeightBucket.header()`s,
+        in the order `put` will send them."""
+        pid = os.getpid()
+        return {
+            "path": self._path,
+            "size": len(self._map),
+            "slot_bytes": self.slot_bytes,
+            "ready": f"/proc/{pid}/fd/{self._ready_read}",
+            "free": f"/proc/{pid}/fd/{self._free_write}",
+            "headers": headers,
+            "timeout_s": timeout_s,
+        }
+
+    async def put(self, bucket: WeightBucket) -> None:
+        """Copy the bucket into the next free slot and tell the worker; waits while both are in use.
+        Raises if the ring was closed meanwhile (the load ended)."""
+        if bucket.nbytes > self.slot_bytes:
+            raise ValueError(f"a bucket of {bucket.nbytes} bytes does not fit the ring's {self.slot_bytes}-byte slots")
+        self._watch()
+        slot = await self._next_free()
+        region = np.frombuffer(self._map, dtype=np.uint8, count=self.slot_bytes, offset=slot * self.slot_bytes)
+        for entry, chunk in zip(bucket.entries, bucket.chunks):
+            np.copyto(region[entry.offset : entry.offset + entry.nbytes], np.frombuffer(chunk, dtype=np.uint8))
+        del region  # an exported buffer would keep the map from closing
+        os.write(self._ready_write, f"{self._sent} {slot}\n".encode())
+        self._sent += 1
 
     def close(self) -> None:
-        if self._map is not None:
-            self._map.close()
-            os.close(self._fd)
-            self.attached()
-            self._map = self._fd = None
+        """Release the ring; a `put` still waiting raises. The worker sees the pipe closed."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        if self._watching:
+            asyncio.get_running_loop().remove_reader(self._free_read)
+        for fd in (self._ready_read, self._ready_write, self._free_read, self._free_write, self._fd):
+            os.close(fd)
+        self._map.close()
+        if self._temporary:
+            os.unlink(self._path)
+
+    async def _next_free(self) -> int:
+        if self._closed.is_set():
+            raise RuntimeError("the weight load ended before this bucket was staged")
+        free = asyncio.ensure_future(self._free.get())
+        closed = asyncio.ensure_future(self._closed.wait())
+        try:
+            await asyncio.wait({free, closed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+        if not free.done():
+            free.cancel()
+            raise RuntimeError("the weight load ended before this bucket was staged")
+        return free.result()
+
+    def _watch(self) -> None:
+        if not self._watching:
+            asyncio.get_running_loop().add_reader(self._free_read, self._on_free)
+            self._watching = True
+
+    def _on_free(self) -> None:
+        try:
+            data = os.read(self._free_read, 4096)
+        except BlockingIOError:
+            return
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._free.put_nowait(int(line))
 
 
-class StagedRegion:
-    """Worker side: the engine actor's region, mapped once and kept while its id stays the same."""
+class StagedStream:
+    """Worker side: the buckets of one load, in order, as they arrive in the actor's ring."""
 
-    def __init__(self):
-        self._id = ""
-        self._map: mmap.mmap | None = None
-
-    def buckets(self, message: dict) -> list[WeightBucket]:
-        """The buckets of `message`, their bytes viewed in place in the mapped region."""
-        if message["id"] != self._id:
-            self._open(message)
-        view = memoryview(self._map)
-        return [
-            WeightBucket.from_header(
-                header, tuple(view[base + offset : base + offset + nbytes] for _, _, _, offset, nbytes in header)
-            )
-            for header, base in message["buckets"]
-        ]
-
-    def _open(self, message: dict) -> None:
+    def __init__(self, message: dict):
+        self._message = message
         try:
             fd = os.open(message["path"], os.O_RDWR)
+            self._ready = open(message["ready"], "rb", buffering=0)  # noqa: SIM115 (closed in `close`)
+            self._free = os.open(message["free"], os.O_WRONLY)
         except OSError as error:
             raise RuntimeError(
-                f"cannot open the engine actor's weight staging region {message['path']} ({error}); the vLLM "
+                f"cannot open the engine actor's weight staging ring {message['path']} ({error}); the vLLM "
                 "workers must run on the engine actor's node, in its process namespace"
             ) from error
         try:
-            mapped = mmap.mmap(fd, message["size"])
+            self._map = mmap.mmap(fd, message["size"])
         finally:
             os.close(fd)
-        self._map, self._id = mapped, message["id"]  # the old map closes when its last view is gone
+        self._pending = b""
+
+    def buckets(self):
+        """Each bucket as it arrives, its bytes viewed in its slot: valid until the next one is asked
+        for, when the slot goes back to the actor."""
+        view = memoryview(self._map)
+        size = self._message["slot_bytes"]
+        for index, header in enumerate(self._message["headers"]):
+            sent, slot = self._next_line(index)
+            if sent != index:
+                raise RuntimeError(f"weight staging: expected bucket {index}, the actor sent bucket {sent}")
+            base = slot * size
+            chunks = tuple(view[base + offset : base + offset + nbytes] for _, _, _, offset, nbytes in header)
+            yield WeightBucket.from_header(header, chunks)
+            del chunks
+            try:
+                os.write(self._free, f"{slot}\n".encode())
+            except BrokenPipeError:
+                raise RuntimeError(f"weight staging: the engine actor stopped sending after bucket {index}") from None
+        view.release()
+
+    def close(self) -> None:
+        self._ready.close()
+        os.close(self._free)
+        try:
+            self._map.close()
+        except BufferError:  # a tensor still views it; the map goes with the last view
+            pass
+
+    def _next_line(self, index: int) -> tuple[int, int]:
+        timeout_s = self._message["timeout_s"]
+        while b"\n" not in self._pending:
+            readable, _, _ = select.select([self._ready], [], [], timeout_s)
+            if not readable:
+                raise TimeoutError(f"weight staging: bucket {index} did not arrive within {timeout_s}s")
+            data = self._ready.read(4096)
+            if not data:
+                raise RuntimeError(f"weight staging: the engine actor stopped sending before bucket {index}")
+            self._pending += data
+        line, self._pending = self._pending.split(b"\n", 1)
+        sent, slot = line.split()
+        return int(sent), int(slot)
 
 
 def _aligned(nbytes: int) -> int:

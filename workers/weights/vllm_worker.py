@@ -1,30 +1,48 @@
-"""Loaded into each vLLM worker process (`worker_extension_cls`): receive packed weights in place.
+"""Loaded into each vLLM worker process (`worker_extension_cls`): receive weights as they are staged.
 
-The bytes arrive in the engine actor's shared-memory staging region (workers/weights/staging.py);
-only their headers travel through `collective_rpc`. The worker's `reload_weights` (vLLM's config
+The bytes arrive a bucket at a time in the engine actor's shared-memory ring
+(workers/weights/staging.py); only the bucket headers travel through `collective_rpc`. vLLM loads
+them as they come, layer by layer, in one call. The worker's `reload_weights` (vLLM's config
 context around `model_runner.reload_weights`) is used rather than `model.load_weights`: on the CPU
 backend the latter fails after start-up because linear layers are repacked when the model loads.
 """
 
 from __future__ import annotations
 
-from workers.weights.buckets import checksum, unpack
-from workers.weights.staging import StagedRegion
+from workers.weights.buckets import Checksum, unpack
+from workers.weights.staging import StagedStream
 
 
 class WeightReceiver:
     def load_weight_buckets(self, staged: dict) -> str:
-        """Load every tensor of the staged buckets into the live model; return the checksum of
-        the bytes loaded."""
-        if not hasattr(self, "_staged_region"):
-            self._staged_region = StagedRegion()
-        buckets = self._staged_region.buckets(staged)
+        """Load every tensor of the staged buckets into the live model, as they arrive; return the
+        checksum of the bytes loaded."""
+        stream = StagedStream(staged)
+        digest = Checksum()
 
         def tensors():
-            for bucket in buckets:
-                yield from unpack(bucket)
+            for bucket in stream.buckets():
+                digest.add(bucket)
+                for name, tensor in unpack(bucket):
+                    yield name, tensor.clone()  # the slot is reused for a later bucket; vLLM may keep this one
 
-        # The worker's own reload_weights: it runs the model runner's under vLLM's config context, which
-        # the GPU path needs (on CPU the model runner alone also worked).
-        self.reload_weights(weights_iterator=tensors())
-        return checksum(buckets)
+        try:
+            # The worker's own reload_weights: it runs the model runner's under vLLM's config context,
+            # which the GPU path needs (on CPU the model runner alone also worked).
+            self.reload_weights(weights_iterator=tensors())
+        finally:
+            stream.close()
+            _return_freed_memory()
+        return digest.hexdigest()
+
+
+def _return_freed_memory() -> None:
+    """Hand the host memory the load freed (the tensors' copies, vLLM's per-layer buffers) back to
+    the system: glibc keeps freed heap pages for reuse, and they would count against the node until
+    the next load."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass

@@ -27,9 +27,10 @@ class _BrokenLearner:
         embedding = weights["model.embed_tokens.weight"]
         named = [("model.embed_tokens.weight", embedding), ("model.norm.weight", torch.ones(3))]
         buckets = pack(named, bucket_bytes=1)  # one bucket per tensor: the first loads, the second fails
-        refs = [ray.put(bucket) for bucket in buckets]
-        self.publish_weights = _Remote(lambda bucket_bytes, adapter_only: ray.put((refs, sum(b.nbytes for b in buckets))))
-        self.published_checksum = _Remote(lambda received: ray.put(checksum(buckets)))
+        headers = [bucket.header() for bucket in buckets]
+        self.publish_weights = _Remote(lambda bucket_bytes, adapter_only: ray.put((headers, sum(b.nbytes for b in buckets))))
+        self.weight_bucket = _Remote(lambda index: ray.put(buckets[index]))
+        self.published_checksum = _Remote(lambda: ray.put(checksum(buckets)))
 
 
 def _requests(tokenizer, count=4):

@@ -1,51 +1,113 @@
-"""The engine actor -> vLLM worker hop: buckets staged in shared memory, read in place by another process."""
+"""The engine actor -> vLLM worker hop: buckets pass through a two-slot shared-memory ring, read by
+another process as they arrive."""
 
+import asyncio
 import multiprocessing
 import os
 
+import pytest
 import torch
 
 from workers.weights.buckets import checksum, pack, unpack
-from workers.weights.staging import StagedRegion, StagingBuffer
+from workers.weights.staging import SLOTS, StagedStream, StagingRing
 
 
-def _load_in_child(messages, results):
-    """What a vLLM worker does: map the region named in each message and load from it."""
-    region = StagedRegion()
-    for message in iter(messages.get, None):
-        buckets = region.buckets(message)
-        results.put((checksum(buckets), {name: tensor.clone() for b in buckets for name, tensor in unpack(b)}))
-
-
-def test_another_process_reads_the_staged_weights_and_their_checksum():
-    context = multiprocessing.get_context("spawn")  # vLLM starts its engine-core process the same way
-    messages, results = context.Queue(), context.Queue()
-    child = context.Process(target=_load_in_child, args=(messages, results))
-    child.start()
-    staging = StagingBuffer()
+def _load_in_child(message, results):
+    """What a vLLM worker does: read each bucket as it arrives and copy its tensors out."""
+    stream = StagedStream(message)
+    results.put("opened")
+    loaded, buckets = {}, []
     try:
-        for size in (10, 10, 1000):  # the third sync needs a larger region
-            weights = {"a": torch.randn(size), "b": torch.arange(size, dtype=torch.int64)}
-            buckets = pack(weights.items(), bucket_bytes=8 * size)
-            messages.put(staging.stage(buckets))
-            digest, loaded = results.get(timeout=60)
-            staging.attached()
-            assert digest == checksum(buckets)
-            assert all(torch.equal(loaded[name], weights[name]) for name in weights)
+        for bucket in stream.buckets():
+            buckets.append(checksum([bucket]))
+            loaded.update({name: tensor.numpy().copy() for name, tensor in unpack(bucket)})  # plain pickles
+        results.put((buckets, loaded))
+    except Exception as error:
+        results.put(error)
     finally:
-        messages.put(None)
+        stream.close()
+
+
+def _weights(count: int) -> dict[str, torch.Tensor]:
+    return {f"w{i}": torch.arange(1000 * (i + 1), dtype=torch.float32) + i for i in range(count)}
+
+
+async def _stage(ring: StagingRing, buckets) -> None:
+    for bucket in buckets:
+        await ring.put(bucket)
+
+
+def test_a_model_larger_than_the_ring_arrives_whole_in_another_process():
+    weights = _weights(10)
+    buckets = pack(weights.items(), bucket_bytes=16_000)
+    assert len(buckets) > 2 * SLOTS  # the ring is reused several times
+    ring = StagingRing(max(bucket.nbytes for bucket in buckets))
+    context = multiprocessing.get_context("spawn")  # vLLM starts its engine-core process the same way
+    results = context.Queue()
+    child = context.Process(target=_load_in_child, args=(ring.message([b.header() for b in buckets], 60), results))
+    child.start()
+    try:
+        asyncio.run(asyncio.wait_for(_stage(ring, buckets), 60))
+        assert results.get(timeout=60) == "opened"
+        received, loaded = results.get(timeout=60)
+    finally:
         child.join(timeout=60)
-        staging.close()
+    assert received == [checksum([bucket]) for bucket in buckets]
+    assert all(torch.equal(torch.from_numpy(loaded[name]), weights[name]) for name in weights)
+    assert ring.slots * ring.slot_bytes < sum(bucket.nbytes for bucket in buckets) / 2
     assert child.exitcode == 0
 
 
-def test_the_region_leaves_no_file_behind():
+def test_a_worker_whose_buckets_stop_coming_fails_instead_of_waiting_forever():
+    buckets = pack(_weights(3).items(), bucket_bytes=4_000)
+
+    async def send_one_then_stop():
+        ring = StagingRing(max(bucket.nbytes for bucket in buckets))
+        message = ring.message([b.header() for b in buckets], timeout_s=60)
+        results = multiprocessing.get_context("spawn").Queue()
+        child = multiprocessing.get_context("spawn").Process(target=_load_in_child, args=(message, results))
+        child.start()
+        await ring.put(buckets[0])
+        assert await asyncio.to_thread(results.get, timeout=60) == "opened"
+        ring.close()  # the load was given up (the driver's abort, or the engine shutting down)
+        with pytest.raises(RuntimeError, match="weight load ended"):
+            await ring.put(buckets[1])
+        return results.get(timeout=60), child
+
+    error, child = asyncio.run(send_one_then_stop())
+    child.join(timeout=60)
+    assert isinstance(error, RuntimeError) and "engine actor stopped sending" in str(error)
+
+
+def test_a_worker_gives_up_after_the_timeout():
+    buckets = pack(_weights(2).items(), bucket_bytes=4_000)
+
+    async def never_send():
+        ring = StagingRing(max(bucket.nbytes for bucket in buckets))
+        stream = StagedStream(ring.message([b.header() for b in buckets], timeout_s=0.2))
+        try:
+            with pytest.raises(TimeoutError, match=r"bucket 0 did not arrive within 0.2s"):
+                next(stream.buckets())
+        finally:
+            stream.close()
+            ring.close()
+
+    asyncio.run(never_send())
+
+
+def test_the_ring_leaves_no_file_behind():
     before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    staging = StagingBuffer()
-    message = staging.stage(pack({"w": torch.ones(100)}.items()))
-    region = StagedRegion()
-    assert torch.equal(dict(unpack(region.buckets(message)[0]))["w"], torch.ones(100))
-    staging.attached()
-    staging.close()
+    buckets = pack({"w": torch.ones(100)}.items())
+
+    async def one_load():
+        ring = StagingRing(buckets[0].nbytes)
+        stream = StagedStream(ring.message([buckets[0].header()], timeout_s=10))
+        await ring.put(buckets[0])
+        loaded = [dict(unpack(bucket))["w"].clone() for bucket in stream.buckets()]
+        stream.close()
+        ring.close()
+        return loaded
+
+    assert torch.equal(asyncio.run(one_load())[0], torch.ones(100))
     after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     assert not any(name.startswith("grpo-weights") for name in after - before)

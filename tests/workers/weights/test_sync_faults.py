@@ -80,9 +80,10 @@ def _engine(faults, **overrides):
     from workers.weights.nccl import UNVERIFIED
 
     behaviours = {
-        "load_weights": faults.answers(lambda refs, version: (version, "c0ffee")),
+        "load_weights": faults.answers(lambda headers, version, timeout_s: (version, "c0ffee")),
         "init_nccl": faults.answers(None),
         "receive_nccl": faults.answers(lambda metadata, version: (version, UNVERIFIED)),
+        "abort_weights": faults.answers(None),
     }
     return _Handle(**{**behaviours, **overrides})
 
@@ -183,7 +184,7 @@ def test_wrong_weights_stay_an_error_for_the_run(faults):
     from workers.weights.object_store import ObjectStoreTransport
     from workers.weights.transport import LearnerSyncTimeout, WeightSyncError
 
-    engines = {0: _engine(faults, load_weights=faults.answers(lambda refs, version: (version, "badbad")))}
+    engines = {0: _engine(faults, load_weights=faults.answers(lambda headers, version, timeout_s: (version, "badbad")))}
     with pytest.raises(WeightSyncError, match="weight provenance check failed") as caught:
         ObjectStoreTransport(TIMEOUT_S, 1 << 20).sync(_learner(faults), engines, version=3)
     assert not isinstance(caught.value, LearnerSyncTimeout)
@@ -217,7 +218,9 @@ def test_engines_admitted_before_the_first_nccl_sync_wait_for_it(faults):
     from workers.weights.nccl import NcclTransport
 
     calls = []
-    engine = _engine(faults, load_weights=faults.answers(lambda refs, version: calls.append(version) or (version, "c0ffee")))
+    engine = _engine(
+        faults, load_weights=faults.answers(lambda headers, version, timeout_s: calls.append(version) or (version, "c0ffee"))
+    )
     weights = PolicyWeights(_LearnerGroup(_learner(faults)), NcclTransport(TIMEOUT_S, 1 << 20), 3, first_sync_together=True)
     weights.load_into(0, engine)
     assert calls == []

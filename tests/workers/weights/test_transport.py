@@ -43,17 +43,17 @@ class _CorruptingLink:
     def __init__(self, learner):
         import ray
 
-        def publish(bucket_bytes, adapter_only):
-            refs, nbytes = ray.get(learner.publish_weights.remote(bucket_bytes, adapter_only))
-            buckets = ray.get(refs)
-            chunk = bytearray(buckets[0].chunks[0])
-            chunk[len(chunk) // 2] ^= 0xFF
-            buckets[0] = dataclasses.replace(buckets[0], chunks=(chunk, *buckets[0].chunks[1:]))
-            self._sent = refs
-            return ray.put(([ray.put(bucket) for bucket in buckets], nbytes))
+        def bucket(index):
+            sent = ray.get(learner.weight_bucket.remote(index))
+            if index == 0:
+                chunk = bytearray(sent.chunks[0])
+                chunk[len(chunk) // 2] ^= 0xFF
+                sent = dataclasses.replace(sent, chunks=(chunk, *sent.chunks[1:]))
+            return ray.put(sent)
 
-        self.publish_weights = _Remote(publish)
-        self.published_checksum = _Remote(lambda received: learner.published_checksum.remote(self._sent))
+        self.publish_weights = learner.publish_weights
+        self.weight_bucket = _Remote(bucket)
+        self.published_checksum = learner.published_checksum
 
 
 def test_a_corrupted_transfer_stops_with_the_provenance_error(pool, learner):
