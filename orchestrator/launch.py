@@ -119,6 +119,7 @@ def start_training(
         config.weight_sync.bucket_mb << 20,
         rollout.tensor_parallel_size,
         lora=lora,
+        dtype=rollout.weight_dtype(cluster.device),
     )
     warning = dtype_warning(cluster.device, rollout.dtype, config.learner.bf16, config.vllm_importance_sampling_correction)
     if warning:

@@ -25,6 +25,7 @@ SAMPLE_S = 0.1
 class NodeMemory:
     def __init__(self, interval_s: float = SAMPLE_S):
         self.interval_s = interval_s
+        _wait_for_children_to_exit()  # a run before this one in the same process may still be letting go
         self.baseline = _used()  # before the run: what other programs and this process held already
         self.samples: list[tuple[float, int, dict[str, int]]] = []  # (seconds since start, used, by component)
         self._start = time.monotonic()
@@ -99,6 +100,14 @@ def _kind(pid: int, title: str, seen: dict, driver: int) -> str:
             return "vLLM engine processes"
         parent = seen[parent][1]
     return "Ray"
+
+
+def _wait_for_children_to_exit(timeout_s: float = 60.0) -> None:
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while psutil.Process().children(recursive=True) and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def _status_kb(pid: int, field: str) -> int:

@@ -2,7 +2,9 @@
 architecture at full size (494M parameters, random weights built locally: orchestrator/bench/model.py)
 trains a few steps of 2 prompts x 4 samples x 16 tokens (`rollout.max_model_len` 512,
 `learner.micro_batch_size` 4) while the node's memory is sampled (orchestrator/bench/node_memory.py).
-Prints the node's peak with what held it, each component's own peak, and the weight sync's time.
+Twice: with the engines' CPU default (float32 weights, as the learner's) and with bfloat16 engines,
+as on GPUs (the weights then travel as bfloat16). Prints, for each, the node's peak with what held
+it, each component's own peak, and the weight sync's time.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from pathlib import Path
 from orchestrator.bench import node_memory
 
 PROMPTS, GENERATIONS, TOKENS, MAX_MODEL_LEN, MICRO_BATCH = 2, 4, 16, 512, 4
+ENGINE_DTYPES = ("auto", "bfloat16")  # rollout.dtype: auto is float32 on CPU
 
 
-def measure(model: Path, steps: int) -> dict:
+def measure(model: Path, steps: int, engine_dtype: str) -> dict:
     from orchestrator.bench import training
 
     with tempfile.TemporaryDirectory(prefix="bench-real-size-") as scratch, node_memory.NodeMemory() as memory:
@@ -28,10 +31,11 @@ def measure(model: Path, steps: int) -> dict:
             seed=0,
             out_dir=Path(scratch) / "run",
             learner={"micro_batch_size": MICRO_BATCH},
-            rollout={"max_model_len": MAX_MODEL_LEN},
+            rollout={"max_model_len": MAX_MODEL_LEN, "dtype": engine_dtype},
         )
     return {
         "model": str(model),
+        "rollout.dtype": engine_dtype,
         "steps": steps,
         "memory": memory.report(),
         "sync_bytes": run["sync_bytes"],
@@ -44,7 +48,8 @@ def measure(model: Path, steps: int) -> dict:
 
 def table(result: dict) -> str:
     memory = result["memory"]
-    lines = ["| component | at the node's peak, GB | its own peak, GB |", "|---|---|---|"]
+    engines = "float32 engines (rollout.dtype auto)" if result["rollout.dtype"] == "auto" else "bfloat16 engines"
+    lines = [f"{engines}:", "| component | at the node's peak, GB | its own peak, GB |", "|---|---|---|"]
     for name in node_memory.COMPONENTS:
         lines.append(f"| {name} | {memory['at_peak_gb'][name]:.2f} | {memory['own_peak_gb'][name]:.2f} |")
     lines.append(f"| **node** (before the run: {memory['baseline_gb']:.2f}) | **{memory['node_gb']:.2f}** | |")

@@ -222,10 +222,14 @@ def _real_size(args: argparse.Namespace) -> int:
     model = Path(args.model) if args.model else real_size_model()
     machine = f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}"
     print(f"real size on {machine}; model {parameter_count(model) / 1e6:.1f}M parameters; {args.steps} steps", flush=True)
-    result = real_size.measure(model, args.steps)
-    result["machine"] = machine
-    print(real_size.table(result))
-    _save(args.out, {"real_size": result})
+    results = []
+    for dtype in real_size.ENGINE_DTYPES:
+        result = {**real_size.measure(model, args.steps, dtype), "machine": machine}
+        print(real_size.table(result), flush=True)
+        results.append(result)
+    for result in results:
+        print(real_size.table(result))
+    _save(args.out, {"real_size": results})
     return 0
 
 

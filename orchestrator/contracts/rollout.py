@@ -76,3 +76,10 @@ class RolloutConfig(StrictModel):
         description="LoRA runs (lora:): the largest adapter rank the engines serve (vLLM's max_lora_rank, one of the "
         "values vLLM accepts). null: the smallest of them that holds lora.r. Larger costs engine memory.",
     )
+
+    def weight_dtype(self, device: str) -> str | None:
+        """The engines' weight dtype where it is known before they start: `dtype`, float32 for 'auto' on
+        CPU, None for 'auto' on GPU (vLLM decides from the checkpoint)."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "float32" if device == "cpu" else None

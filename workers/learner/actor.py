@@ -69,12 +69,13 @@ class Learner:
         return self._learner.train_step(batch)
 
     # Object-store path (workers/weights/object_store.py).
-    def publish_weights(self, bucket_bytes: int, adapter_only: bool = False) -> tuple[list, int]:
+    def publish_weights(self, bucket_bytes: int, adapter_only: bool = False, dtype: str | None = None) -> tuple[list, int]:
         """Open a publication of the weights (a LoRA run's `adapter_only`: its adapter) in buckets of
-        about `bucket_bytes`; returns (bucket headers, bytes). `weight_bucket` hands them out."""
+        about `bucket_bytes`, floating-point ones as `dtype` if given; returns (bucket headers, bytes).
+        `weight_bucket` hands them out."""
         from workers.weights.publication import Publication
 
-        self._publication = Publication(self._learner.named_weights(adapter_only), bucket_bytes)
+        self._publication = Publication(self._learner.named_weights(adapter_only), bucket_bytes, dtype)
         return self._publication.headers, self._publication.nbytes
 
     def weight_bucket(self, index: int):

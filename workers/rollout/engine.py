@@ -54,7 +54,7 @@ def engine_args(
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     on_cpu = device == "cpu"
-    dtype = "float32" if (on_cpu and config.dtype == "auto") else config.dtype
+    dtype = config.weight_dtype(device) or "auto"
     kv_bytes = config.kv_cache_memory_bytes or (CPU_KV_CACHE_BYTES if on_cpu else None)
     return AsyncEngineArgs(
         model=model,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from workers.weights.buckets import WeightBucket, checksum, pack, unpack
+from workers.weights.buckets import WeightBucket, checksum, fill, groups, unpack
 
 ADAPTER_PREFIX = "base_model.model."
 ADAPTER_CONFIG = "adapter_config.json"
@@ -30,8 +30,15 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 def pack_apart(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> list[WeightBucket]:
     """`pack`, with base and adapter tensors never in one bucket."""
+    return [fill(group) for group in groups_apart(named_tensors, bucket_bytes)]
+
+
+def groups_apart(
+    named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int, dtype: str | None = None
+) -> list[list[tuple[str, torch.Tensor]]]:
+    """`buckets.groups`, with base and adapter tensors never in one bucket."""
     runs = itertools.groupby(named_tensors, key=lambda named: named[0].startswith(ADAPTER_PREFIX))
-    return [bucket for _, run in runs for bucket in pack(run, bucket_bytes)]
+    return [group for _, run in runs for group in groups(run, bucket_bytes, dtype)]
 
 
 def is_adapter(bucket: WeightBucket) -> bool:

@@ -51,21 +51,61 @@ class WeightBucket:
         return WeightBucket(tuple(TensorEntry(n, d, tuple(s), o, b) for n, d, s, o, b in header), chunks)
 
 
-def pack(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[WeightBucket]:
+def pack(
+    named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None
+) -> list[WeightBucket]:
     """Buckets of about `bucket_bytes` (a larger tensor gets a bucket of its own). The chunks of
-    contiguous CPU tensors are views of them, not copies: use the buckets before the weights change."""
-    buckets, entries, chunks, size = [], [], [], 0
+    contiguous CPU tensors are views of them, not copies: use the buckets before the weights change.
+    `dtype`: floating-point tensors as that dtype (the engines' own), cast as each bucket is filled."""
+    return [fill(group, dtype) for group in groups(named_tensors, bucket_bytes, dtype)]
+
+
+def groups(
+    named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int, dtype: str | None = None
+) -> list[list[tuple[str, torch.Tensor]]]:
+    """The tensors of each bucket `pack` would make, not yet laid out: `header` and `fill` each later."""
+    result, group, size = [], [], 0
     for name, tensor in named_tensors:
-        raw = tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8)
-        if entries and size + raw.numel() > bucket_bytes:
-            buckets.append(WeightBucket(tuple(entries), tuple(chunks)))
-            entries, chunks, size = [], [], 0
-        entries.append(TensorEntry(name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), size, raw.numel()))
+        nbytes = tensor.numel() * torch.empty(0, dtype=_sent_dtype(tensor, dtype)).element_size()
+        if group and size + nbytes > bucket_bytes:
+            result.append(group)
+            group, size = [], 0
+        group.append((name, tensor))
+        size = _aligned(size + nbytes)
+    if group:
+        result.append(group)
+    return result
+
+
+def header(group: list[tuple[str, torch.Tensor]], dtype: str | None = None) -> list:
+    """`fill(group, dtype).header()`, without touching a byte."""
+    entries, size = [], 0
+    for name, tensor in group:
+        sent = _sent_dtype(tensor, dtype)
+        nbytes = tensor.numel() * torch.empty(0, dtype=sent).element_size()
+        entries.append([name, str(sent).removeprefix("torch."), list(tensor.shape), size, nbytes])
+        size = _aligned(size + nbytes)
+    return entries
+
+
+def fill(group: list[tuple[str, torch.Tensor]], dtype: str | None = None) -> WeightBucket:
+    """One bucket of `group`'s tensors: views of them, or their casts to `dtype`."""
+    entries, chunks, size = [], [], 0
+    for name, tensor in group:
+        sent = tensor.detach().to(device="cpu", dtype=_sent_dtype(tensor, dtype))
+        raw = sent.contiguous().view(-1).view(torch.uint8)
+        entries.append(TensorEntry(name, str(sent.dtype).removeprefix("torch."), tuple(tensor.shape), size, raw.numel()))
         chunks.append(raw.numpy())
-        size = -(-(size + raw.numel()) // ALIGN) * ALIGN
-    if entries:
-        buckets.append(WeightBucket(tuple(entries), tuple(chunks)))
-    return buckets
+        size = _aligned(size + raw.numel())
+    return WeightBucket(tuple(entries), tuple(chunks))
+
+
+def _sent_dtype(tensor: torch.Tensor, dtype: str | None) -> torch.dtype:
+    return getattr(torch, dtype) if dtype is not None and tensor.is_floating_point() else tensor.dtype
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
 
 
 def unpack(bucket: WeightBucket) -> Iterator[tuple[str, torch.Tensor]]:

@@ -10,12 +10,18 @@ from workers.weights.transport import WeightTransport
 
 
 def make_transport(
-    device: str, timeout_s: float, bucket_bytes: int, tensor_parallel_size: int = 1, lora: bool = False
+    device: str,
+    timeout_s: float,
+    bucket_bytes: int,
+    tensor_parallel_size: int = 1,
+    lora: bool = False,
+    dtype: str | None = None,
 ) -> WeightTransport:
+    """`dtype`: the engines' weight dtype, if known; the object store carries the weights in it."""
     if device == "cpu" or lora:
         from workers.weights.object_store import ObjectStoreTransport
 
-        return ObjectStoreTransport(timeout_s, bucket_bytes)
+        return ObjectStoreTransport(timeout_s, bucket_bytes, dtype)
     from workers.weights.nccl import NcclTransport
 
     return NcclTransport(timeout_s, bucket_bytes, tensor_parallel_size)

@@ -32,6 +32,12 @@ WINDOW = 2  # buckets in flight to each engine: one being copied into its ring, 
 
 # Driver side.
 class ObjectStoreTransport(WeightTransport):
+    def __init__(self, timeout_s: float, bucket_bytes: int, dtype: str | None = None):
+        """`dtype`: the engines' weight dtype, if known: floating-point weights travel in it (half the
+        bytes of a float32 learner's, for bfloat16 engines), cast a bucket at a time on the learner."""
+        super().__init__(timeout_s, bucket_bytes)
+        self.dtype = dtype
+
     def sync(self, learner, engines: dict[int, object], version: int, adapter_only: bool = False) -> SyncReport:
         start = time.monotonic()
         digest, nbytes, dead = self.sync_by(learner, engines, version, start + self.timeout_s, adapter_only)
@@ -45,7 +51,7 @@ class ObjectStoreTransport(WeightTransport):
     ) -> tuple[str, int, dict]:
         """(checksum, bytes, failed engines) of a sync that ends by `deadline` (the NCCL path's fallback
         shares its deadline). `adapter_only`: a LoRA run's adapter, not its base weights."""
-        published = learner.publish_weights.remote(self.bucket_bytes, adapter_only)
+        published = learner.publish_weights.remote(self.bucket_bytes, adapter_only, self.dtype)
         headers, nbytes = await_round("publishing weights", deadline, self.timeout_s, {}, published).learner
         loads = {e: actor.load_weights.remote(headers, version, self.timeout_s) for e, actor in engines.items()}
         stream = BucketStream(learner, engines, version, len(headers), self.timeout_s)

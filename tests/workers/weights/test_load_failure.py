@@ -28,7 +28,9 @@ class _BrokenLearner:
         named = [("model.embed_tokens.weight", embedding), ("model.norm.weight", torch.ones(3))]
         buckets = pack(named, bucket_bytes=1)  # one bucket per tensor: the first loads, the second fails
         headers = [bucket.header() for bucket in buckets]
-        self.publish_weights = _Remote(lambda bucket_bytes, adapter_only: ray.put((headers, sum(b.nbytes for b in buckets))))
+        self.publish_weights = _Remote(
+            lambda bucket_bytes, adapter_only, dtype: ray.put((headers, sum(b.nbytes for b in buckets)))
+        )
         self.weight_bucket = _Remote(lambda index: ray.put(buckets[index]))
         self.published_checksum = _Remote(lambda: ray.put(checksum(buckets)))
 

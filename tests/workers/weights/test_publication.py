@@ -1,0 +1,57 @@
+"""The learner's side of a sync: buckets made one at a time, in the engines' dtype, always one policy."""
+
+import pytest
+import torch
+
+from workers.weights.adapters import buckets_checksum
+from workers.weights.buckets import fill, groups, header, pack, unpack
+from workers.weights.publication import Publication
+
+
+def _weights():
+    torch.manual_seed(0)
+    return {"a": torch.randn(300), "b": torch.randn(40, 10), "steps": torch.arange(7), "c": torch.randn(500)}
+
+
+def test_weights_travel_in_the_engines_dtype_and_integers_as_they_are():
+    weights = _weights()
+    buckets = pack(weights.items(), bucket_bytes=1000, dtype="bfloat16")
+    sent = {name: tensor for bucket in buckets for name, tensor in unpack(bucket)}
+    assert sent["a"].dtype == torch.bfloat16 and torch.equal(sent["a"], weights["a"].to(torch.bfloat16))
+    assert sent["steps"].dtype == torch.int64 and torch.equal(sent["steps"], weights["steps"])
+    assert sum(bucket.nbytes for bucket in buckets) < sum(t.numel() * t.element_size() for t in weights.values()) * 0.6
+    for group in groups(weights.items(), 1000, "bfloat16"):  # headers are known before any byte is made
+        assert header(group, "bfloat16") == fill(group, "bfloat16").header()
+
+
+def test_a_publication_hands_out_the_buckets_pack_would_make_and_their_checksum():
+    weights = _weights()
+    publication = Publication(weights.items(), bucket_bytes=1000, dtype="bfloat16")
+    expected = pack(weights.items(), bucket_bytes=1000, dtype="bfloat16")
+    assert publication.headers == [bucket.header() for bucket in expected]
+    assert publication.nbytes == sum(bucket.nbytes for bucket in expected)
+    handed = [publication.bucket(index) for index in range(len(expected))]
+    assert not publication.open
+    assert publication.checksum() == buckets_checksum(expected) == buckets_checksum(handed)
+
+
+def test_buckets_are_handed_out_once_in_order():
+    publication = Publication(_weights().items(), bucket_bytes=1000)
+    with pytest.raises(ValueError, match="bucket 1 was asked for, but the next one to hand out is 0"):
+        publication.bucket(1)
+    publication.bucket(0)
+    with pytest.raises(ValueError, match="not handed out"):
+        publication.checksum()
+
+
+def test_weights_that_change_mid_publication_do_not_reach_the_buckets_left():
+    weights = _weights()
+    before = {name: tensor.clone() for name, tensor in weights.items()}
+    publication = Publication(weights.items(), bucket_bytes=1000)
+    count = len(publication.headers)
+    sent = {name: tensor.clone() for name, tensor in unpack(publication.bucket(0))}  # Ray copies it as it returns
+    publication.keep()  # what the learner does before an optimizer step
+    for tensor in weights.values():
+        tensor.add_(1)
+    sent.update(item for index in range(1, count) for item in unpack(publication.bucket(index)))
+    assert all(torch.equal(sent[name], before[name]) for name in weights)
