@@ -103,11 +103,19 @@ def _kind(pid: int, title: str, seen: dict, driver: int) -> str:
 
 
 def _wait_for_children_to_exit(timeout_s: float = 60.0) -> None:
+    """Until no process this one started is left and the node's memory has stopped falling."""
     import psutil
 
     deadline = time.monotonic() + timeout_s
     while psutil.Process().children(recursive=True) and time.monotonic() < deadline:
         time.sleep(0.5)
+    before = _used()
+    while time.monotonic() < deadline:
+        time.sleep(2.0)
+        now = _used()
+        if now > before - (50 << 20):
+            return
+        before = now
 
 
 def _status_kb(pid: int, field: str) -> int:

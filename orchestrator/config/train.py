@@ -23,7 +23,13 @@ from orchestrator.contracts.tools import ToolConfig, ToolUse
 
 class WeightSyncConfig(StrictModel):
     timeout_s: float = Field(120.0, gt=0.0, description="Deadline for one sync to reach every engine.")
-    bucket_mb: int = Field(256, ge=1, description="Weights travel packed in buckets of about this size.")
+    bucket_mb: int = Field(
+        64,
+        ge=1,
+        description="Weights travel in buckets of at most about this size (a larger tensor in pieces). A sync holds a "
+        "few buckets at a time in the object store and two in each engine's staging memory, never the whole model; "
+        "larger buckets mean fewer calls per sync.",
+    )
 
 
 class TrainConfig(GRPOSettings):

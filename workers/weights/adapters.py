@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from workers.weights.buckets import WeightBucket, checksum, fill, groups, unpack
+from workers.weights.buckets import WeightBucket, checksum, fill, groups, tensors
 
 ADAPTER_PREFIX = "base_model.model."
 ADAPTER_CONFIG = "adapter_config.json"
@@ -75,8 +75,7 @@ def write_adapter(folder: Path, config: dict, buckets: list[WeightBucket]) -> Pa
 
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / f"{ADAPTER_WEIGHTS}.partial"
-    tensors = {name: tensor.clone() for bucket in buckets for name, tensor in unpack(bucket)}
-    save_file(tensors, partial)
+    save_file(dict(tensors(buckets, copy=True)), partial)
     (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2))
     partial.replace(folder / ADAPTER_WEIGHTS)
     return folder

@@ -1,7 +1,9 @@
 """Weights grouped into a few large buckets instead of one message per tensor.
 
-A bucket is the (name, dtype, shape, offset) of whole tensors laid out back to back (64-byte
-aligned) plus each tensor's bytes. On the learner those bytes are views of the weights themselves:
+A bucket is the (name, dtype, shape, offset) of tensors laid out back to back (64-byte aligned)
+plus each tensor's bytes; a tensor larger than a bucket travels in pieces, one bucket each, so no
+bucket, and no slot of memory it passes through, is larger than the bucket size. On the learner
+those bytes are views of the weights themselves (or their casts to the engines' dtype):
 Ray copies each into its object store as the learner hands it out (workers/weights/publication.py),
 the only copy on the learner's side. The engine actor reads it in place from the store and writes
 it, laid out, into the shared-memory ring its vLLM workers read (workers/weights/staging.py).
@@ -12,12 +14,13 @@ what the learner sent.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
 
-DEFAULT_BUCKET_BYTES = 256 << 20
+DEFAULT_BUCKET_BYTES = 64 << 20
 ALIGN = 64  # every tensor starts on a cache line, so any dtype can be viewed in place
 
 Chunk = np.ndarray | memoryview | bytes | bytearray  # one tensor's bytes
@@ -54,45 +57,55 @@ class WeightBucket:
 def pack(
     named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None
 ) -> list[WeightBucket]:
-    """Buckets of about `bucket_bytes` (a larger tensor gets a bucket of its own). The chunks of
-    contiguous CPU tensors are views of them, not copies: use the buckets before the weights change.
-    `dtype`: floating-point tensors as that dtype (the engines' own), cast as each bucket is filled."""
+    """Buckets of at most about `bucket_bytes`: a tensor larger than that is split into pieces, each
+    in a bucket of its own (`tensors` joins them again). The chunks of contiguous CPU tensors are
+    views of them, not copies: use the buckets before the weights change. `dtype`: floating-point
+    tensors as that dtype (the engines' own), cast as each bucket is filled."""
     return [fill(group, dtype) for group in groups(named_tensors, bucket_bytes, dtype)]
 
 
-def groups(
-    named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int, dtype: str | None = None
-) -> list[list[tuple[str, torch.Tensor]]]:
-    """The tensors of each bucket `pack` would make, not yet laid out: `header` and `fill` each later."""
+Piece = tuple[str, torch.Tensor, int, int]  # name, tensor, first and last + 1 element of the flattened tensor
+
+
+def groups(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int, dtype: str | None = None) -> list[list[Piece]]:
+    """What each bucket `pack` would make holds, not yet laid out: `header` and `fill` each later."""
     result, group, size = [], [], 0
     for name, tensor in named_tensors:
-        nbytes = tensor.numel() * torch.empty(0, dtype=_sent_dtype(tensor, dtype)).element_size()
-        if group and size + nbytes > bucket_bytes:
+        itemsize = _itemsize(tensor, dtype)
+        count = tensor.numel()
+        if group and size + count * itemsize > bucket_bytes:
             result.append(group)
             group, size = [], 0
-        group.append((name, tensor))
-        size = _aligned(size + nbytes)
+        step = max(1, bucket_bytes // itemsize)
+        for start in range(0, count, step) if count > step else [0]:
+            if group and start:  # the pieces of a tensor too large for one bucket: one bucket each
+                result.append(group)
+                group, size = [], 0
+            stop = min(count, start + step)
+            group.append((name, tensor, start, stop))
+            size = _aligned(size + (stop - start) * itemsize)
     if group:
         result.append(group)
     return result
 
 
-def header(group: list[tuple[str, torch.Tensor]], dtype: str | None = None) -> list:
+def header(group: list[Piece], dtype: str | None = None) -> list:
     """`fill(group, dtype).header()`, without touching a byte."""
     entries, size = [], 0
-    for name, tensor in group:
-        sent = _sent_dtype(tensor, dtype)
-        nbytes = tensor.numel() * torch.empty(0, dtype=sent).element_size()
-        entries.append([name, str(sent).removeprefix("torch."), list(tensor.shape), size, nbytes])
+    for name, tensor, start, stop in group:
+        nbytes = (stop - start) * _itemsize(tensor, dtype)
+        entries.append([name, str(_sent_dtype(tensor, dtype)).removeprefix("torch."), list(tensor.shape), size, nbytes])
         size = _aligned(size + nbytes)
     return entries
 
 
-def fill(group: list[tuple[str, torch.Tensor]], dtype: str | None = None) -> WeightBucket:
-    """One bucket of `group`'s tensors: views of them, or their casts to `dtype`."""
+def fill(group: list[Piece], dtype: str | None = None) -> WeightBucket:
+    """One bucket of `group`'s tensors (or pieces of one): views of them, or their casts to `dtype`."""
     entries, chunks, size = [], [], 0
-    for name, tensor in group:
-        sent = tensor.detach().to(device="cpu", dtype=_sent_dtype(tensor, dtype))
+    for name, tensor, start, stop in group:
+        whole = start == 0 and stop == tensor.numel()
+        part = tensor.detach() if whole else tensor.detach().reshape(-1)[start:stop]  # sliced where it lies
+        sent = part.to(device="cpu", dtype=_sent_dtype(tensor, dtype))
         raw = sent.contiguous().view(-1).view(torch.uint8)
         entries.append(TensorEntry(name, str(sent.dtype).removeprefix("torch."), tuple(tensor.shape), size, raw.numel()))
         chunks.append(raw.numpy())
@@ -104,18 +117,53 @@ def _sent_dtype(tensor: torch.Tensor, dtype: str | None) -> torch.dtype:
     return getattr(torch, dtype) if dtype is not None and tensor.is_floating_point() else tensor.dtype
 
 
+def _itemsize(tensor: torch.Tensor, dtype: str | None) -> int:
+    return torch.empty(0, dtype=_sent_dtype(tensor, dtype)).element_size()
+
+
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
 
+def tensors(buckets: Iterable[WeightBucket], copy: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor of the buckets, in order, the pieces of a split one joined (into a new tensor as
+    its last piece arrives); the others as views of their chunks, or copies of them with `copy`. A
+    bucket's views are taken before the next bucket is asked for."""
+    joining: tuple[str, torch.Tensor, int] | None = None  # name, bytes so far, bytes filled
+    for bucket in buckets:
+        for entry, chunk in zip(bucket.entries, bucket.chunks):
+            dtype = getattr(torch, entry.dtype)
+            whole = math.prod(entry.shape) * torch.empty(0, dtype=dtype).element_size()
+            data = _bytes(entry, chunk)
+            if joining is None and entry.nbytes == whole:
+                tensor = data.view(dtype).view(entry.shape)
+                yield entry.name, tensor.clone() if copy else tensor
+                continue
+            if joining is None:
+                joining = (entry.name, torch.empty(whole, dtype=torch.uint8), 0)
+            name, target, filled = joining
+            if entry.name != name:
+                raise ValueError(f"weight buckets: {name} ended after {filled} of {target.numel()} bytes")
+            target[filled : filled + entry.nbytes].copy_(data)
+            joining = (name, target, filled + entry.nbytes)
+            if filled + entry.nbytes == whole:
+                yield name, target.view(dtype).view(entry.shape)
+                joining = None
+    if joining is not None:
+        raise ValueError(f"weight buckets: {joining[0]} ended after {joining[2]} of {joining[1].numel()} bytes")
+
+
 def unpack(bucket: WeightBucket) -> Iterator[tuple[str, torch.Tensor]]:
-    """The bucket's tensors as views of its chunks (no copy; a read-only chunk is copied once)."""
-    for entry, chunk in zip(bucket.entries, bucket.chunks):
-        if not entry.nbytes:
-            yield entry.name, torch.empty(entry.shape, dtype=getattr(torch, entry.dtype))
-            continue
-        data = bytearray(chunk) if memoryview(chunk).readonly else chunk
-        yield entry.name, torch.frombuffer(data, dtype=torch.uint8).view(getattr(torch, entry.dtype)).view(entry.shape)
+    """The tensors of a bucket that holds no piece of a split one, as views of its chunks (no copy)."""
+    yield from tensors([bucket])
+
+
+def _bytes(entry: TensorEntry, chunk: Chunk) -> torch.Tensor:
+    """A chunk as a uint8 tensor, in place (a read-only chunk is copied once)."""
+    if not entry.nbytes:
+        return torch.empty(0, dtype=torch.uint8)
+    data = bytearray(chunk) if memoryview(chunk).readonly else chunk
+    return torch.frombuffer(data, dtype=torch.uint8)
 
 
 def checksum(buckets: Iterable[WeightBucket]) -> str:

@@ -59,5 +59,12 @@ class Publication:
 
     def keep(self) -> None:
         """Copy the tensors not handed out yet: the weights they are about to change."""
+        copies: dict[int, object] = {}  # a tensor split across buckets is copied once
+
+        def copy(tensor):
+            if id(tensor) not in copies:
+                copies[id(tensor)] = tensor.detach().clone()
+            return copies[id(tensor)]
+
         for index in range(self._next, len(self._groups)):
-            self._groups[index] = [(name, tensor.detach().clone()) for name, tensor in self._groups[index]]
+            self._groups[index] = [(name, copy(tensor), *piece) for name, tensor, *piece in self._groups[index]]

@@ -9,7 +9,7 @@ backend the latter fails after start-up because linear layers are repacked when 
 
 from __future__ import annotations
 
-from workers.weights.buckets import Checksum, unpack
+from workers.weights.buckets import Checksum, tensors
 from workers.weights.staging import StagedStream
 
 
@@ -20,16 +20,17 @@ class WeightReceiver:
         stream = StagedStream(staged)
         digest = Checksum()
 
-        def tensors():
+        def buckets():
             for bucket in stream.buckets():
                 digest.add(bucket)
-                for name, tensor in unpack(bucket):
-                    yield name, tensor.clone()  # the slot is reused for a later bucket; vLLM may keep this one
+                yield bucket
 
         try:
             # The worker's own reload_weights: it runs the model runner's under vLLM's config context,
             # which the GPU path needs (on CPU the model runner alone also worked).
-            self.reload_weights(weights_iterator=tensors())
+            # Copies, not views: the slot is reused for a later bucket, and vLLM may keep a tensor until the
+            # rest of its layer arrives.
+            self.reload_weights(weights_iterator=tensors(buckets(), copy=True))
         finally:
             stream.close()
             _return_freed_memory()

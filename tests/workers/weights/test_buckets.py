@@ -1,20 +1,21 @@
 import torch
 
-from workers.weights.buckets import WeightBucket, checksum, pack, unpack
+from workers.weights.buckets import WeightBucket, checksum, pack, tensors
 
 
-def test_round_trip_across_buckets_and_the_header():
-    tensors = {
+def test_round_trip_across_buckets_and_the_header_a_large_tensor_in_pieces():
+    sent = {
         "a.weight": torch.randn(4, 8),
         "b.bias": torch.arange(5, dtype=torch.float32),
         "c.weight": torch.randn(100, 3).to(torch.bfloat16),
     }
-    buckets = pack(tensors.items(), bucket_bytes=200)
-    assert len(buckets) == 2  # a (128 B) + b (20 B) share one bucket; c (600 B) gets its own
+    buckets = pack(sent.items(), bucket_bytes=200)
+    assert len(buckets) == 4  # a (128 B) + b (20 B) share one bucket; c (600 B) travels in three pieces
+    assert max(bucket.nbytes for bucket in buckets) <= 200
     rebuilt = [WeightBucket.from_header(b.header(), tuple(bytes(c) for c in b.chunks)) for b in buckets]
-    out = dict(item for bucket in rebuilt for item in unpack(bucket))
-    assert out.keys() == tensors.keys()
-    for name, tensor in tensors.items():
+    out = dict(tensors(rebuilt))
+    assert out.keys() == sent.keys()
+    for name, tensor in sent.items():
         assert out[name].dtype == tensor.dtype and torch.equal(out[name], tensor)
     assert checksum(rebuilt) == checksum(buckets)
 

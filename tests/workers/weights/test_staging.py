@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from workers.weights.buckets import checksum, pack, unpack
+from workers.weights.buckets import checksum, pack, tensors, unpack
 from workers.weights.staging import SLOTS, StagedStream, StagingRing
 
 
@@ -16,12 +16,16 @@ def _load_in_child(message, results):
     """What a vLLM worker does: read each bucket as it arrives and copy its tensors out."""
     stream = StagedStream(message)
     results.put("opened")
-    loaded, buckets = {}, []
-    try:
+    received = []
+
+    def each():
         for bucket in stream.buckets():
-            buckets.append(checksum([bucket]))
-            loaded.update({name: tensor.numpy().copy() for name, tensor in unpack(bucket)})  # plain pickles
-        results.put((buckets, loaded))
+            received.append(checksum([bucket]))
+            yield bucket
+
+    try:
+        loaded = {name: tensor.numpy() for name, tensor in tensors(each(), copy=True)}  # plain pickles
+        results.put((received, loaded))
     except Exception as error:
         results.put(error)
     finally:
@@ -39,7 +43,7 @@ async def _stage(ring: StagingRing, buckets) -> None:
 
 def test_a_model_larger_than_the_ring_arrives_whole_in_another_process():
     weights = _weights(10)
-    buckets = pack(weights.items(), bucket_bytes=16_000)
+    buckets = pack(weights.items(), bucket_bytes=16_000)  # the largest tensors travel in pieces
     assert len(buckets) > 2 * SLOTS  # the ring is reused several times
     ring = StagingRing(max(bucket.nbytes for bucket in buckets))
     context = multiprocessing.get_context("spawn")  # vLLM starts its engine-core process the same way
