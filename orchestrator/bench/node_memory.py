@@ -25,7 +25,7 @@ SAMPLE_S = 0.1
 class NodeMemory:
     def __init__(self, interval_s: float = SAMPLE_S):
         self.interval_s = interval_s
-        _wait_for_children_to_exit()  # a run before this one in the same process may still be letting go
+        _wait_for_children_to_exit()  # a run before this one may still be letting go
         self.baseline = _used()  # before the run: what other programs and this process held already
         self.samples: list[tuple[float, int, dict[str, int]]] = []  # (seconds since start, used, by component)
         self._start = time.monotonic()
@@ -52,7 +52,6 @@ class NodeMemory:
             "at_peak_gb": {name: parts[name] * gb for name in COMPONENTS},
             "own_peak_gb": {name: own[name] * gb for name in COMPONENTS},
             "samples": len(self.samples),
-            "timeline": [(round(at, 1), round(used * gb, 2)) for at, used, _ in self.samples[::10]],
         }
 
     def _sample_until_stopped(self) -> None:

@@ -3,12 +3,19 @@ architecture at full size (494M parameters, random weights built locally: orches
 trains a few steps of 2 prompts x 4 samples x 16 tokens (`rollout.max_model_len` 512,
 `learner.micro_batch_size` 4) while the node's memory is sampled (orchestrator/bench/node_memory.py).
 Twice: with the engines' CPU default (float32 weights, as the learner's) and with bfloat16 engines,
-as on GPUs (the weights then travel as bfloat16). Prints, for each, the node's peak with what held
-it, each component's own peak, and the weight sync's time.
+as on GPUs (the weights then travel as bfloat16), each in a fresh process: a process that ran Ray
+keeps the object store's pages mapped after Ray shuts down. Prints, for each, the node's peak with
+what held it, each component's own peak, and the weight sync's time.
+
+    python -m orchestrator.bench.real_size --model DIR --steps 3 --engine-dtype bfloat16 --out F   # one run
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -19,6 +26,17 @@ ENGINE_DTYPES = ("auto", "bfloat16")  # rollout.dtype: auto is float32 on CPU
 
 
 def measure(model: Path, steps: int, engine_dtype: str) -> dict:
+    """One run in a fresh process (its step lines print as it goes)."""
+    with tempfile.TemporaryDirectory(prefix="bench-real-size-") as scratch:
+        out = Path(scratch) / "result.json"
+        command = [sys.executable, "-m", "orchestrator.bench.real_size", "--model", str(model), "--steps", str(steps)]
+        done = subprocess.run(command + ["--engine-dtype", engine_dtype, "--out", str(out)], check=False)
+        if done.returncode != 0 or not out.is_file():
+            raise RuntimeError(f"the real-size run with rollout.dtype {engine_dtype} failed (exit code {done.returncode})")
+        return json.loads(out.read_text())
+
+
+def _run_here(model: Path, steps: int, engine_dtype: str) -> dict:
     from orchestrator.bench import training
 
     with tempfile.TemporaryDirectory(prefix="bench-real-size-") as scratch, node_memory.NodeMemory() as memory:
@@ -58,3 +76,13 @@ def table(result: dict) -> str:
         f"step {result['step_s']:.1f} s (learner {result['time/learner_step']:.1f} s)"
     )
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="One real-size run; writes its figures as JSON to --out.")
+    parser.add_argument("--model", required=True, help="model folder (with its tokenizer)")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--engine-dtype", choices=ENGINE_DTYPES, default="auto", help="rollout.dtype")
+    parser.add_argument("--out", required=True, help="where the JSON goes")
+    args = parser.parse_args()
+    Path(args.out).write_text(json.dumps(_run_here(Path(args.model), args.steps, args.engine_dtype)))

@@ -12,7 +12,9 @@ same model (a few minutes), and replaces only the sync figures of an existing `-
 `--only learner-memory` measures the learner's peak memory as the step grows at a fixed
 `learner.max_tokens_per_micro_batch`, with a small and a 152k-token vocabulary
 (orchestrator/bench/learner_memory.py). `--only correction` times the learner's step without and
-with the engine correction (orchestrator/bench/correction.py).
+with the engine correction (orchestrator/bench/correction.py). `--only real-size` trains Qwen2.5-0.5B's
+architecture at full size and prints the node's memory peak by component and the sync's speed
+(orchestrator/bench/real_size.py).
 """
 
 from __future__ import annotations

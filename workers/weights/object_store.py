@@ -92,10 +92,12 @@ class BucketStream:
             self._send()
             if not self.feeds:
                 return self.late
-            ready, _ = ray.wait(list(self.feeds), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            waiting = list(self.feeds)
+            ready, _ = ray.wait(waiting, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 self._late()
                 return self.late
+            ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=0)  # every feed done by now
             for ref in ready:
                 if ref in self.feeds:  # not dropped with its engine meanwhile
                     self._took(ref)

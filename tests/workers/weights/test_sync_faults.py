@@ -38,6 +38,10 @@ class _Stage:
 
         await asyncio.sleep(3600)
 
+    async def take(self, bucket):
+        """An engine's feed: it fails if its bucket (an ObjectRef argument) failed."""
+        return None
+
 
 @pytest.fixture(scope="module")
 def faults(ray_session):
@@ -59,6 +63,10 @@ def faults(ray_session):
         @staticmethod
         def hangs():
             return lambda *args: stage.hang.remote()
+
+        @staticmethod
+        def takes():
+            return lambda version, index, bucket: stage.take.remote(bucket)
 
     yield Faults
     ray.kill(stage)
@@ -83,6 +91,7 @@ def _engine(faults, **overrides):
         "load_weights": faults.answers(lambda headers, version, timeout_s: (version, "c0ffee")),
         "init_nccl": faults.answers(None),
         "receive_nccl": faults.answers(lambda metadata, version: (version, UNVERIFIED)),
+        "feed_weights": faults.answers(None),
         "abort_weights": faults.answers(None),
     }
     return _Handle(**{**behaviours, **overrides})
@@ -120,6 +129,38 @@ def test_an_engine_that_never_answers_is_reported_dead_at_the_deadline(faults):
     assert reason(report.dead[1]) == (
         f"TimeoutError: engine 1: weight sync to version 3 did not finish within weight_sync.timeout_s={TIMEOUT_S}s"
     )
+
+
+STREAMED = [[["w", "float32", [1], 0, 4]]] * 3  # the headers of three one-tensor buckets
+
+
+def _streaming_learner(faults, **overrides):
+    behaviours = {"publish_weights": faults.answers((STREAMED, 12)), "weight_bucket": faults.answers("a bucket")}
+    return _learner(faults, **{**behaviours, **overrides})
+
+
+def test_an_engine_that_stops_taking_buckets_is_late_and_the_others_are_synced(faults):
+    from workers.weights.object_store import ObjectStoreTransport
+
+    engines = {0: _engine(faults, feed_weights=faults.takes()), 1: _engine(faults, feed_weights=faults.hangs())}
+    report, took = _timed(lambda: ObjectStoreTransport(TIMEOUT_S, 1 << 20).sync(_streaming_learner(faults), engines, 3))
+    assert TIMEOUT_S <= took < TIMEOUT_S + MARGIN_S
+    assert report.checksum == "c0ffee" and list(report.dead) == [1]
+    assert "(0 of 3 buckets taken)" in str(report.dead[1])
+
+
+def test_a_learner_that_fails_mid_stream_raises_and_stops_every_engines_load(faults):
+    import ray
+
+    from workers.weights.object_store import ObjectStoreTransport
+
+    aborted = []
+    abort = faults.answers(lambda version: aborted.append(version))
+    engines = {e: _engine(faults, feed_weights=faults.takes(), abort_weights=abort) for e in (0, 1)}
+    learner = _streaming_learner(faults, weight_bucket=faults.raises(RuntimeError("out of memory")))
+    with pytest.raises(ray.exceptions.RayTaskError, match="out of memory"):
+        ObjectStoreTransport(TIMEOUT_S, 1 << 20).sync(learner, engines, version=3)
+    assert aborted == [3, 3]
 
 
 def test_a_learner_that_never_answers_raises_learner_sync_timeout(faults):
