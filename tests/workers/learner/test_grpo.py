@@ -64,12 +64,14 @@ def test_rewarded_completion_becomes_more_likely(learner):
 
 
 def test_weight_buckets_cover_every_weight(learner):
-    from workers.weights.buckets import pack
+    from workers.weights.buckets import pack, tensors
 
     buckets = pack(learner.named_weights(), bucket_bytes=64 << 10)  # what the learner actor publishes
-    names = [entry.name for bucket in buckets for entry in bucket.entries]
-    assert names == [name for name, _ in learner.named_weights()]
-    assert len(buckets) > 1
+    assert len(buckets) > 1 and max(bucket.nbytes for bucket in buckets) <= 64 << 10
+    received = list(tensors(buckets))  # what an engine loads: the split embedding joined again
+    assert [name for name, _ in received] == [name for name, _ in learner.named_weights()]
+    for (name, sent), (_, weight) in zip(received, learner.named_weights()):
+        assert torch.equal(sent, weight), name
 
 
 def test_kl_term_against_the_reference_model(tiny):

@@ -26,7 +26,7 @@ class _BrokenLearner:
         weights = load_file(str(tiny.model_dir / "model.safetensors"))
         embedding = weights["model.embed_tokens.weight"]
         named = [("model.embed_tokens.weight", embedding), ("model.norm.weight", torch.ones(3))]
-        buckets = pack(named, bucket_bytes=1)  # one bucket per tensor: the first loads, the second fails
+        buckets = pack(named, bucket_bytes=embedding.nbytes)  # one bucket per tensor: the first loads, the second fails
         headers = [bucket.header() for bucket in buckets]
         self.publish_weights = _Remote(
             lambda bucket_bytes, adapter_only, dtype: ray.put((headers, sum(b.nbytes for b in buckets)))
