@@ -1,6 +1,6 @@
 """The engine actor's side of an object-store load: the buckets the driver feeds, passed on in order.
 
-    incoming = IncomingWeights(version, headers, timeout_s)   # the ring, sized for the largest bucket
+    incoming = IncomingWeights(version, headers, timeout_s, readers)   # the ring, sized for the largest bucket
     await incoming.feed(index, bucket)                          # one call per bucket, any order of arrival
     incoming.message                                            # what the vLLM worker reads the ring from
 
@@ -20,12 +20,13 @@ from workers.weights.staging import StagingRing
 
 
 class IncomingWeights:
-    def __init__(self, version: int, headers: list, timeout_s: float):
+    def __init__(self, version: int, headers: list, timeout_s: float, readers: int = 1):
+        """`readers`: the engine's vLLM workers (its tensor-parallel size), which each load every bucket."""
         self.version = version
         self.timeout_s = timeout_s
         base = [header for header in headers if not adapters.is_adapter_header(header)]
         self.adapter_count = len(headers) - len(base)
-        self.ring = StagingRing(max(_nbytes(header) for header in base)) if base else None
+        self.ring = StagingRing(max(_nbytes(header) for header in base), readers=readers) if base else None
         self.message = self.ring.message(base, timeout_s) if self.ring else None
         self._adapter: list[WeightBucket] = []
         self._adapter_done = asyncio.Event()
@@ -33,13 +34,13 @@ class IncomingWeights:
             self._adapter_done.set()
         self._next = 0
         self._turn = asyncio.Condition()
-        self._closed = False
+        self.closed = False
 
     async def feed(self, index: int, bucket: WeightBucket) -> None:
         """Pass bucket `index` on once the ones before it are; returns when the ring holds it."""
         async with self._turn:
-            await self._turn.wait_for(lambda: self._next == index or self._closed)
-        if self._closed:
+            await self._turn.wait_for(lambda: self._next == index or self.closed)
+        if self.closed:
             raise RuntimeError(f"weight bucket {index} of version {self.version} arrived after the load ended")
         if adapters.is_adapter(bucket):
             self._adapter.append(bucket)
@@ -58,7 +59,7 @@ class IncomingWeights:
 
     def close(self) -> None:
         """End the load: the ring is released, and feeds still waiting raise."""
-        self._closed = True
+        self.closed = True
         if self.ring is not None:
             self.ring.close()
 

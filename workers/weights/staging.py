@@ -7,14 +7,17 @@ one bucket each, and the RPC carries only the bucket headers and where the ring 
 
     engine actor (StagingRing.put)              vLLM worker (StagedStream.buckets)
     wait for a free slot, copy the bucket in,   read "bucket i is in slot s", load its tensors
-    write "i s" to the ready pipe         --->  (copied out of the slot), write "s" to the free pipe
+    write "i s" to each reader's ready pipe --->  (copied out of the slot), write "s" to the free pipe
 
 So the weights are never all in the ring at once: a model of any size passes through `slots`
 buckets of memory, each slot reused as soon as the worker has copied its tensors out (vLLM may keep
 a tensor until the rest of its layer arrives, so the worker hands it a copy, not a view of a slot
-the next bucket will overwrite). The pipes order the two processes' memory accesses and tell each
-side when the other has gone: a worker that waits longer than the message's `timeout_s`, or finds
-the actor's end closed, raises, and the load fails (workers/weights/loading.py).
+the next bucket will overwrite). An engine of several tensor-parallel workers has one reader each:
+every worker loads every bucket (vLLM's `load_weights` takes each rank's shard), each reads its own
+ready pipe (`reader` = its rank), and a slot is free again once every reader has released it. The
+pipes order the processes' memory accesses and tell each side when the other has gone: a worker
+that waits longer than the message's `timeout_s`, or finds the actor's end closed, raises, and the
+load fails (workers/weights/loading.py).
 
 Nothing is left behind when a process dies: on Linux the ring is an anonymous memfd and the pipes
 belong to the actor; the worker opens all three through /proc/<actor pid>/fd/<fd>, and the kernel
@@ -29,6 +32,7 @@ import mmap
 import os
 import select
 import tempfile
+from collections import Counter
 
 import numpy as np
 
@@ -38,11 +42,13 @@ SLOTS = 2  # one bucket being copied in while the worker loads the other
 
 
 class StagingRing:
-    """Engine actor side of one load: `put` each bucket in order, then `close`."""
+    """Engine actor side of one load: `put` each bucket in order, then `close`. `readers`: the worker
+    processes that each load every bucket (the engine's tensor-parallel size)."""
 
-    def __init__(self, slot_bytes: int, slots: int = SLOTS):
+    def __init__(self, slot_bytes: int, slots: int = SLOTS, readers: int = 1):
         self.slot_bytes = max(ALIGN, _aligned(slot_bytes))
         self.slots = slots
+        self.readers = readers
         size = self.slot_bytes * slots
         if hasattr(os, "memfd_create"):
             self._fd = os.memfd_create("grpo-weights")
@@ -52,12 +58,13 @@ class StagingRing:
             self._temporary = True
         os.ftruncate(self._fd, size)
         self._map = mmap.mmap(self._fd, size)
-        self._ready_read, self._ready_write = os.pipe()  # actor -> worker: "bucket slot\n"
-        self._free_read, self._free_write = os.pipe()  # worker -> actor: "slot\n"
+        self._ready = [os.pipe() for _ in range(readers)]  # actor -> each worker: "bucket slot\n"
+        self._free_read, self._free_write = os.pipe()  # every worker -> actor: "slot\n"
         os.set_blocking(self._free_read, False)
         self._free: asyncio.Queue[int] = asyncio.Queue()
         for slot in range(slots):
             self._free.put_nowait(slot)
+        self._released: Counter[int] = Counter()  # readers done with each slot since it was filled
         self._closed = asyncio.Event()
         self._partial = b""
         self._watching = False
@@ -71,7 +78,7 @@ class StagingRing:
             "path": self._path,
             "size": len(self._map),
             "slot_bytes": self.slot_bytes,
-            "ready": f"/proc/{pid}/fd/{self._ready_read}",
+            "ready": [f"/proc/{pid}/fd/{read}" for read, _ in self._ready],
             "free": f"/proc/{pid}/fd/{self._free_write}",
             "headers": headers,
             "timeout_s": timeout_s,
@@ -88,7 +95,8 @@ class StagingRing:
         for entry, chunk in zip(bucket.entries, bucket.chunks):
             np.copyto(region[entry.offset : entry.offset + entry.nbytes], np.frombuffer(chunk, dtype=np.uint8))
         del region  # an exported buffer would keep the map from closing
-        os.write(self._ready_write, f"{self._sent} {slot}\n".encode())
+        for _, write in self._ready:
+            os.write(write, f"{self._sent} {slot}\n".encode())
         self._sent += 1
 
     def close(self) -> None:
@@ -98,7 +106,7 @@ class StagingRing:
         self._closed.set()
         if self._watching:
             asyncio.get_running_loop().remove_reader(self._free_read)
-        for fd in (self._ready_read, self._ready_write, self._free_read, self._free_write, self._fd):
+        for fd in (*(fd for pipe in self._ready for fd in pipe), self._free_read, self._free_write, self._fd):
             os.close(fd)
         self._map.close()
         if self._temporary:
@@ -131,23 +139,37 @@ class StagingRing:
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
         for line in lines:
-            self._free.put_nowait(int(line))
+            slot = int(line)
+            self._released[slot] += 1
+            if self._released[slot] == self.readers:
+                del self._released[slot]
+                self._free.put_nowait(slot)
 
 
 class StagedStream:
-    """Worker side: the buckets of one load, in order, as they arrive in the actor's ring."""
+    """Worker side: the buckets of one load, in order, as they arrive in the actor's ring. `reader`:
+    this worker's rank among the engine's tensor-parallel workers."""
 
-    def __init__(self, message: dict):
+    def __init__(self, message: dict, reader: int = 0):
         self._message = message
+        if not 0 <= reader < len(message["ready"]):
+            raise RuntimeError(
+                f"weight staging: worker rank {reader} has no reader of its own in a ring staged for "
+                f"{len(message['ready'])} (rollout.tensor_parallel_size); the engine's workers disagree with its config"
+            )
+        opened = []
         try:
-            fd = os.open(message["path"], os.O_RDWR)
-            self._ready = open(message["ready"], "rb", buffering=0)  # noqa: SIM115 (closed in `close`)
-            self._free = os.open(message["free"], os.O_WRONLY)
+            opened.append(os.open(message["path"], os.O_RDWR))
+            opened.append(os.open(message["ready"][reader], os.O_RDONLY))
+            opened.append(os.open(message["free"], os.O_WRONLY))
         except OSError as error:
+            for fd in opened:
+                os.close(fd)
             raise RuntimeError(
                 f"cannot open the engine actor's weight staging ring {message['path']} ({error}); the vLLM "
                 "workers must run on the engine actor's node, in its process namespace"
             ) from error
+        fd, self._ready, self._free = opened
         try:
             self._map = mmap.mmap(fd, message["size"])
         finally:
@@ -174,7 +196,7 @@ class StagedStream:
         view.release()
 
     def close(self) -> None:
-        self._ready.close()
+        os.close(self._ready)
         os.close(self._free)
         try:
             self._map.close()
@@ -183,11 +205,12 @@ class StagedStream:
 
     def _next_line(self, index: int) -> tuple[int, int]:
         timeout_s = self._message["timeout_s"]
+        poll = select.poll()  # not select.select: a busy worker's descriptors may be numbered past 1024
+        poll.register(self._ready, select.POLLIN)
         while b"\n" not in self._pending:
-            readable, _, _ = select.select([self._ready], [], [], timeout_s)
-            if not readable:
+            if not poll.poll(timeout_s * 1000):
                 raise TimeoutError(f"weight staging: bucket {index} did not arrive within {timeout_s}s")
-            data = self._ready.read(4096)
+            data = os.read(self._ready, 4096)
             if not data:
                 raise RuntimeError(f"weight staging: the engine actor stopped sending before bucket {index}")
             self._pending += data

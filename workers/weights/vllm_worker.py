@@ -16,8 +16,9 @@ from workers.weights.staging import StagedStream
 class WeightReceiver:
     def load_weight_buckets(self, staged: dict) -> str:
         """Load every tensor of the staged buckets into the live model, as they arrive; return the
-        checksum of the bytes loaded."""
-        stream = StagedStream(staged)
+        checksum of the bytes loaded. Every tensor-parallel worker loads every bucket (vLLM's
+        `load_weights` keeps each rank's shard), reading the ring as reader `rank`."""
+        stream = StagedStream(staged, reader=self.rank)  # vLLM's Worker: its rank in the engine
         digest = Checksum()
 
         def buckets():

@@ -12,9 +12,9 @@ from workers.weights.buckets import checksum, pack, tensors, unpack
 from workers.weights.staging import SLOTS, StagedStream, StagingRing
 
 
-def _load_in_child(message, results):
+def _load_in_child(message, results, reader=0):
     """What a vLLM worker does: read each bucket as it arrives and copy its tensors out."""
-    stream = StagedStream(message)
+    stream = StagedStream(message, reader)
     results.put("opened")
     received = []
 
@@ -56,10 +56,60 @@ def test_a_model_larger_than_the_ring_arrives_whole_in_another_process():
         received, loaded = results.get(timeout=60)
     finally:
         child.join(timeout=60)
+        asyncio.run(_close(ring))
     assert received == [checksum([bucket]) for bucket in buckets]
     assert all(torch.equal(torch.from_numpy(loaded[name]), weights[name]) for name in weights)
     assert ring.slots * ring.slot_bytes < sum(bucket.nbytes for bucket in buckets) / 2
     assert child.exitcode == 0
+
+
+def test_every_tensor_parallel_worker_reads_every_bucket_and_slots_wait_for_all_of_them():
+    """An engine of two tensor-parallel workers: each loads the whole model through its own reader,
+    and a slot is refilled only once both have released it (else the slower one would read the next
+    bucket's bytes)."""
+    weights = _weights(10)
+    buckets = pack(weights.items(), bucket_bytes=16_000)
+    ring = StagingRing(max(bucket.nbytes for bucket in buckets), readers=2)
+    context = multiprocessing.get_context("spawn")
+    message = ring.message([b.header() for b in buckets], 60)
+    queues = [context.Queue(), context.Queue()]
+    children = [context.Process(target=_load_in_child, args=(message, queues[r], r)) for r in (0, 1)]
+    for child in children:
+        child.start()
+    try:
+        asyncio.run(asyncio.wait_for(_stage(ring, buckets), 60))
+        loads = []
+        for results in queues:
+            assert results.get(timeout=60) == "opened"
+            loads.append(results.get(timeout=60))
+    finally:
+        for child in children:
+            child.join(timeout=60)
+        asyncio.run(_close(ring))
+    for received, loaded in loads:
+        assert received == [checksum([bucket]) for bucket in buckets]
+        assert all(torch.equal(torch.from_numpy(loaded[name]), weights[name]) for name in weights)
+    assert [child.exitcode for child in children] == [0, 0]
+
+
+def test_a_worker_rank_the_ring_was_not_staged_for_is_refused():
+    buckets = pack(_weights(1).items())
+
+    async def open_as_rank_one():
+        ring = StagingRing(buckets[0].nbytes)  # one reader: a tensor-parallel size of 1
+        try:
+            with pytest.raises(
+                RuntimeError, match=r"worker rank 1 has no reader .* staged for 1 \(rollout.tensor_parallel_size\)"
+            ):
+                StagedStream(ring.message([buckets[0].header()], timeout_s=10), reader=1)
+        finally:
+            ring.close()
+
+    asyncio.run(open_as_rank_one())
+
+
+async def _close(ring: StagingRing) -> None:
+    ring.close()
 
 
 def test_a_worker_whose_buckets_stop_coming_fails_instead_of_waiting_forever():
@@ -99,8 +149,10 @@ def test_a_worker_gives_up_after_the_timeout():
     asyncio.run(never_send())
 
 
-def test_the_ring_leaves_no_file_behind():
-    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+def test_the_ring_leaves_nothing_open_behind():
+    """Its memory, pipes and the worker's ends are all closed after a load (on Linux the ring is a
+    memfd: it has no name to leave behind, only descriptors)."""
+    before = set(os.listdir("/proc/self/fd"))
     buckets = pack({"w": torch.ones(100)}.items())
 
     async def one_load():
@@ -113,5 +165,4 @@ def test_the_ring_leaves_no_file_behind():
         return loaded
 
     assert torch.equal(asyncio.run(one_load())[0], torch.ones(100))
-    after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    assert not any(name.startswith("grpo-weights") for name in after - before)
+    assert set(os.listdir("/proc/self/fd")) - before == set()
