@@ -5,10 +5,14 @@
     weights.version += 1; pool.sync_weights(weights)            # after each optimizer step
 
 It is the one place a policy version meets the transport: the training loop moves the version, the
-pool hands it its engines and applies the report (rollout/pool.py).
+pool hands it its engines and applies the report (rollout/pool.py). Syncs run one at a time: in async
+mode an engine admitted by the generation thread takes its weights while the training thread may be
+syncing the others, and the learner publishes one set of buckets at a time.
 """
 
 from __future__ import annotations
+
+import threading
 
 from orchestrator.contracts.engine_death import reason
 from orchestrator.learner.group import LearnerGroup
@@ -32,20 +36,24 @@ class PolicyWeights:
         self.transport = transport
         self.version = version
         self._together = first_sync_together
+        self._one_at_a_time = threading.Lock()
 
     def sync(self, engines: dict[int, object]) -> SyncReport:
         """Every engine holds `version` when this returns, or is listed in the report's `dead`."""
-        self._together = False
-        return self.learner.sync(self.transport, engines, self.version, adapter_only=self.adapter)
+        with self._one_at_a_time:
+            self._together = False
+            return self.learner.sync(self.transport, engines, self.version, adapter_only=self.adapter)
 
     def load_into(self, engine_id: int, actor) -> None:
         """A new engine's first weights, before it serves; raises if it did not take them."""
-        if self._together:
-            return
-        report = self.learner.sync(self.transport, {engine_id: actor}, self.version)
+        with self._one_at_a_time:
+            if self._together:
+                return
+            version = self.version
+            report = self.learner.sync(self.transport, {engine_id: actor}, version)
         if engine_id in report.dead:
             why = reason(report.dead[engine_id])
-            raise WeightSyncError(f"engine {engine_id} did not load policy version {self.version}: {why}")
+            raise WeightSyncError(f"engine {engine_id} did not load policy version {version}: {why}")
 
     def learner_replaced(self, version: int) -> None:
         """A new learner (restarted from a checkpoint of `version`) publishes from now on."""
