@@ -11,10 +11,12 @@ every request with the adapter the learner sent last (workers/weights/adapters.p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import json
 import os
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -110,6 +112,7 @@ class RolloutEngine:
         self._call_tool = call_tool
         self._incoming: dict[int, IncomingWeights] = {}  # loads under way, by policy version
         self._incoming_changed = asyncio.Event()
+        self._ended: set[int] = set()  # versions whose load failed or was aborted: their feeds fail at once
         self._loading = asyncio.Lock()
         self._joining = False  # in the NCCL rendezvous of `init_nccl`
         # A LoRA run's bundle holds PEFT's adapter_config.json: the engine serves the adapter the learner sends.
@@ -239,7 +242,9 @@ class RolloutEngine:
         no bucket may wait longer than `timeout_s` for the one before it. A load that fails (or whose
         workers disagree) raises `WeightLoadFailedError` and never resumes. In a LoRA run the adapter's
         buckets replace the adapter served (workers/weights/adapters.py)."""
-        incoming = IncomingWeights(version, headers, timeout_s)
+        if version in self._ended:  # the driver gave this load up before it arrived
+            raise RuntimeError(f"engine {self.engine_id}: the load of policy version {version} was aborted before it began")
+        incoming = IncomingWeights(version, headers, timeout_s, readers=self.config.tensor_parallel_size)
         self._incoming[version] = incoming  # before any wait: the first feeds may be here already
         self._incoming_changed.set()
         try:
@@ -247,6 +252,8 @@ class RolloutEngine:
                 raise ValueError(f"engine {self.engine_id} was sent a LoRA adapter but was not started for one")
 
             async def load() -> str:
+                if incoming.closed:  # aborted while this load waited for the engine to pause
+                    raise RuntimeError(f"engine {self.engine_id}: the load of policy version {version} was aborted")
                 base_digest = await self._load_base(incoming.message) if incoming.ring else None
                 adapter_digest = await self._load_adapter(await incoming.adapter()) if incoming.adapter_count else None
                 return adapters.combined_checksum(base_digest, adapter_digest)
@@ -254,6 +261,9 @@ class RolloutEngine:
             async with self._loading:  # one load at a time
                 self._loads.check()  # a failed engine takes no more loads
                 digest = await self._loads.load(version, load)
+        except BaseException:
+            self._ended.add(version)  # buckets still on their way fail at once
+            raise
         finally:
             incoming.close()
             del self._incoming[version]
@@ -263,15 +273,31 @@ class RolloutEngine:
     async def feed_weights(self, version: int, index: int, bucket: WeightBucket) -> None:
         """Bucket `index` of the load of `version`; returns once it is passed on (the object store may
         free it then)."""
+        waited = 0.0
         while version not in self._incoming:  # its `load_weights` call may not have started yet
+            if version in self._ended:
+                raise RuntimeError(
+                    f"engine {self.engine_id}: weight bucket {index} of version {version} came after its load failed"
+                )
+            if waited >= FEED_WAIT_S:
+                raise TimeoutError(
+                    f"engine {self.engine_id}: weight bucket {index} of version {version} arrived, but its load_weights "
+                    f"call did not within {FEED_WAIT_S:.0f}s"
+                )
             self._incoming_changed.clear()
-            await asyncio.wait_for(self._incoming_changed.wait(), FEED_WAIT_S)
+            start = time.monotonic()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._incoming_changed.wait(), FEED_WAIT_S - waited)
+            waited += time.monotonic() - start
         await self._incoming[version].feed(index, bucket)
 
     def abort_weights(self, version: int) -> None:
-        """Stop the load of `version` (the driver gave it up): it fails, and the engine stays paused."""
+        """Stop the load of `version` (the driver gave it up): it fails, and the engine stays paused. An
+        abort that comes before its load fails the load as it arrives."""
+        self._ended.add(version)
         if version in self._incoming:
             self._incoming[version].close()
+        self._incoming_changed.set()  # feeds waiting for the load see it ended
 
     async def _load_base(self, message: dict) -> str:
         checksums = await self._llm.collective_rpc("load_weight_buckets", args=(message,))

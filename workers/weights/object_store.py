@@ -79,7 +79,7 @@ class BucketStream:
         self.buckets: dict[int, object] = {}  # index -> the learner's ObjectRef, until every engine took it
         self.sent = dict.fromkeys(engines, 0)
         self.taken = dict.fromkeys(engines, 0)  # an engine takes its buckets in order
-        self.feeds: dict[object, int] = {}  # a feed's ObjectRef -> engine id
+        self.feeds: dict[object, tuple[int, int]] = {}  # a feed's ObjectRef -> (engine id, bucket index)
         self.failed: dict[int, BaseException] = {}  # engines a feed failed for: their loads are stopped
         self.late: dict[int, BaseException] = {}
 
@@ -114,7 +114,7 @@ class BucketStream:
                 index = self.sent[engine_id]
                 if index not in self.buckets:
                     self.buckets[index] = self.learner.weight_bucket.remote(index)
-                self.feeds[actor.feed_weights.remote(self.version, index, self.buckets[index])] = engine_id
+                self.feeds[actor.feed_weights.remote(self.version, index, self.buckets[index])] = (engine_id, index)
                 self.sent[engine_id] += 1
 
     def _in_flight(self, engine_id: int) -> int:
@@ -125,13 +125,13 @@ class BucketStream:
 
         from orchestrator.contracts.engine_death import is_engine_death
 
-        engine_id = self.feeds.pop(ref)
+        engine_id, index = self.feeds.pop(ref)
         if engine_id in self.failed:
             return
         try:
             ray.get(ref)
         except ray.exceptions.RayError as error:
-            self._raise_if_the_learner_failed(self.taken[engine_id])
+            self._raise_if_the_learner_failed(index)
             if not is_engine_death(error) and not isinstance(error, ray.exceptions.RayTaskError):
                 raise
             self._drop(engine_id, error)
@@ -141,7 +141,7 @@ class BucketStream:
     def _drop(self, engine_id: int, error: BaseException) -> None:
         """The engine's load cannot finish: stop it now, so that its `load_weights` says why at once."""
         self.failed[engine_id] = error
-        self.feeds = {ref: e for ref, e in self.feeds.items() if e != engine_id}
+        self.feeds = {ref: feed for ref, feed in self.feeds.items() if feed[0] != engine_id}
         self.abort([engine_id])
 
     def _raise_if_the_learner_failed(self, index: int) -> None:
@@ -164,7 +164,7 @@ class BucketStream:
 
         requested = list(self.buckets.values())
         ready, _ = ray.wait(requested, num_returns=len(requested), timeout=0) if requested else ([], [])
-        late = sorted({e for e in self.feeds.values()})
+        late = sorted({engine_id for engine_id, _ in self.feeds.values()})
         within = f"did not finish within weight_sync.timeout_s={self.timeout_s}s"
         for engine_id in late:
             self.late[engine_id] = TimeoutError(

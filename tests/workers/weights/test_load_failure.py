@@ -70,6 +70,13 @@ def test_an_engine_whose_load_fails_refuses_to_generate_and_is_replaced(pool, le
         ray.get(actor.exchange.remote(1 << 30, [requests[0]], 0.0, None))
     assert isinstance(refused.value.cause, WeightLoadFailedError)
     assert ray.get(actor.policy_version.remote()) == version_before
+    # A bucket of the failed load that comes late, and a load the driver gave up before it arrived,
+    # fail at once rather than waiting out their timeouts.
+    with pytest.raises(ray.exceptions.RayTaskError, match="bucket 1 of version 7 came after its load failed"):
+        ray.get(actor.feed_weights.remote(7, 1, None), timeout=30)
+    ray.get(actor.abort_weights.remote(8))
+    with pytest.raises(ray.exceptions.RayTaskError, match="load of policy version 8 was aborted before it began"):
+        ray.get(actor.load_weights.remote([], 8, 120), timeout=30)
 
     engines.engine_died(victim, report.dead[victim])  # what the step loop does with `report.dead`
     assert victim not in engines.actors and engines.restarts == restarts + 1

@@ -42,6 +42,11 @@ class _Stage:
         """An engine's feed: it fails if its bucket (an ObjectRef argument) failed."""
         return None
 
+    async def take_after(self, delay_s, bucket):
+        import asyncio
+
+        await asyncio.sleep(delay_s)
+
 
 @pytest.fixture(scope="module")
 def faults(ray_session):
@@ -67,6 +72,10 @@ def faults(ray_session):
         @staticmethod
         def takes():
             return lambda version, index, bucket: stage.take.remote(bucket)
+
+        @staticmethod
+        def takes_after(delay_s):
+            return lambda version, index, bucket: stage.take_after.remote(delay_s, bucket)
 
     yield Faults
     ray.kill(stage)
@@ -161,6 +170,21 @@ def test_a_learner_that_fails_mid_stream_raises_and_stops_every_engines_load(fau
     with pytest.raises(ray.exceptions.RayTaskError, match="out of memory"):
         ObjectStoreTransport(TIMEOUT_S, 1 << 20).sync(learner, engines, version=3)
     assert aborted == [3, 3]
+
+
+def test_a_learner_failing_on_a_later_bucket_is_its_failure_not_the_engines(faults):
+    """Bucket 1 fails while the engine still copies bucket 0: the learner's error is raised, and the
+    engine is not dropped for it."""
+    import ray
+
+    from workers.weights.object_store import ObjectStoreTransport
+
+    good, bad = faults.answers("a bucket"), faults.raises(RuntimeError("out of memory casting bucket 1"))
+    learner = _streaming_learner(faults, weight_bucket=lambda index: bad(index) if index == 1 else good(index))
+    slow, take = faults.takes_after(0.5), faults.takes()
+    feed = lambda version, index, bucket: (slow if index == 0 else take)(version, index, bucket)  # noqa: E731
+    with pytest.raises(ray.exceptions.RayTaskError, match="out of memory casting bucket 1"):
+        ObjectStoreTransport(TIMEOUT_S, 1 << 20).sync(learner, {0: _engine(faults, feed_weights=feed)}, version=3)
 
 
 def test_a_learner_that_never_answers_raises_learner_sync_timeout(faults):
