@@ -80,7 +80,7 @@ class Learner:
 
     def weight_bucket(self, index: int):
         """Bucket `index` of the open publication: Ray stores it as this returns."""
-        return self._publication.bucket(index)
+        return self._open_publication(f"weight bucket {index}").bucket(index)
 
     def adapter_config(self) -> dict | None:
         return self._learner.adapter_config()
@@ -88,8 +88,13 @@ class Learner:
     def published_checksum(self) -> str | None:
         """Close the publication: the checksum of its buckets, or None if some were never asked for
         (every engine failed before the end)."""
-        publication, self._publication = self._publication, None
+        publication, self._publication = self._open_publication("the published checksum"), None
         return None if publication.open else publication.checksum()
+
+    def _open_publication(self, asked_for: str):
+        if self._publication is None:
+            raise RuntimeError(f"{asked_for} was asked for, but no weights are being published (publish_weights first)")
+        return self._publication
 
     def _keep_publication(self) -> None:
         """The weights are about to change: a publication still open keeps the buckets it has left."""

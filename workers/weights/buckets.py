@@ -94,7 +94,7 @@ def header(group: list[Piece], dtype: str | None = None) -> list:
     entries, size = [], 0
     for name, tensor, start, stop in group:
         nbytes = (stop - start) * _itemsize(tensor, dtype)
-        entries.append([name, str(_sent_dtype(tensor, dtype)).removeprefix("torch."), list(tensor.shape), size, nbytes])
+        entries.append([name, str(sent_dtype(tensor, dtype)).removeprefix("torch."), list(tensor.shape), size, nbytes])
         size = _aligned(size + nbytes)
     return entries
 
@@ -105,7 +105,7 @@ def fill(group: list[Piece], dtype: str | None = None) -> WeightBucket:
     for name, tensor, start, stop in group:
         whole = start == 0 and stop == tensor.numel()
         part = tensor.detach() if whole else tensor.detach().reshape(-1)[start:stop]  # sliced where it lies
-        sent = part.to(device="cpu", dtype=_sent_dtype(tensor, dtype))
+        sent = part.to(device="cpu", dtype=sent_dtype(tensor, dtype))
         raw = sent.contiguous().view(-1).view(torch.uint8)
         entries.append(TensorEntry(name, str(sent.dtype).removeprefix("torch."), tuple(tensor.shape), size, raw.numel()))
         chunks.append(raw.numpy())
@@ -113,12 +113,13 @@ def fill(group: list[Piece], dtype: str | None = None) -> WeightBucket:
     return WeightBucket(tuple(entries), tuple(chunks))
 
 
-def _sent_dtype(tensor: torch.Tensor, dtype: str | None) -> torch.dtype:
+def sent_dtype(tensor: torch.Tensor, dtype: str | None) -> torch.dtype:
+    """What `tensor` travels as: `dtype` for floating-point weights, if given; else its own."""
     return getattr(torch, dtype) if dtype is not None and tensor.is_floating_point() else tensor.dtype
 
 
 def _itemsize(tensor: torch.Tensor, dtype: str | None) -> int:
-    return torch.empty(0, dtype=_sent_dtype(tensor, dtype)).element_size()
+    return torch.empty(0, dtype=sent_dtype(tensor, dtype)).element_size()
 
 
 def _aligned(nbytes: int) -> int:

@@ -10,13 +10,13 @@ them. So neither the learner nor the object store ever holds a second copy of th
 store holds only the buckets the engines have not taken yet (the driver keeps a few in flight:
 workers/weights/object_store.py). If the weights are about to change while a publication is still
 open (an engine admitted while the learner trains), `keep` first copies the buckets not yet handed
-out: a publication is always one policy.
+out, once, into host memory and in the dtype they travel in: a publication is always one policy.
 """
 
 from __future__ import annotations
 
 from workers.weights import adapters
-from workers.weights.buckets import Checksum, WeightBucket, fill, header
+from workers.weights.buckets import Checksum, WeightBucket, fill, header, sent_dtype
 
 
 class Publication:
@@ -27,6 +27,7 @@ class Publication:
         self._next = 0
         self._base, self._adapter = Checksum(), Checksum()
         self._kinds = {"base": False, "adapter": False}
+        self._kept = False
 
     @property
     def nbytes(self) -> int:
@@ -58,12 +59,16 @@ class Publication:
         return adapters.combined_checksum(base, adapter)
 
     def keep(self) -> None:
-        """Copy the tensors not handed out yet: the weights they are about to change."""
+        """Copy the tensors not handed out yet: the weights they are about to change. The copies are
+        the publication's own, so a second `keep` has nothing to do."""
+        if self._kept:
+            return
+        self._kept = True
         copies: dict[int, object] = {}  # a tensor split across buckets is copied once
 
         def copy(tensor):
-            if id(tensor) not in copies:
-                copies[id(tensor)] = tensor.detach().clone()
+            if id(tensor) not in copies:  # on the host, as sent: a GPU learner's memory is not doubled
+                copies[id(tensor)] = tensor.detach().to(device="cpu", dtype=sent_dtype(tensor, self._dtype), copy=True)
             return copies[id(tensor)]
 
         for index in range(self._next, len(self._groups)):

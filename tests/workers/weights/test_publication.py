@@ -56,3 +56,21 @@ def test_weights_that_change_mid_publication_do_not_reach_the_buckets_left():
         tensor.add_(1)
     sent = dict(tensors([first, *(publication.bucket(index) for index in range(1, count))]))
     assert all(torch.equal(sent[name], before[name]) for name in weights)
+
+
+def test_a_publication_left_open_keeps_its_weights_once_and_as_they_travel():
+    """An open publication across several optimizer steps (a sync given up part-way) copies the model
+    once, not at every step, and in the engines' dtype."""
+    weights = _weights()
+    expected = buckets_checksum(pack(weights.items(), bucket_bytes=1000, dtype="bfloat16"))
+    publication = Publication(weights.items(), bucket_bytes=1000, dtype="bfloat16")
+    publication.keep()
+    kept = {id(tensor) for group in publication._groups for _, tensor, *_ in group}
+    assert all(tensor.dtype in (torch.bfloat16, torch.int64) for group in publication._groups for _, tensor, *_ in group)
+    for _ in range(2):  # two optimizer steps
+        for tensor in weights.values():
+            tensor.add_(1)
+        publication.keep()
+    assert {id(tensor) for group in publication._groups for _, tensor, *_ in group} == kept
+    handed = [publication.bucket(index) for index in range(len(publication.headers))]
+    assert buckets_checksum(handed) == expected
