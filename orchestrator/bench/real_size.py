@@ -23,6 +23,7 @@ from orchestrator.bench import node_memory
 
 PROMPTS, GENERATIONS, TOKENS, MAX_MODEL_LEN, MICRO_BATCH = 2, 4, 16, 512, 4
 ENGINE_DTYPES = ("auto", "bfloat16")  # rollout.dtype: auto is float32 on CPU
+RUN_TIMEOUT_S = 1800  # one run takes about 3 minutes on 2 cores
 
 
 def measure(model: Path, steps: int, engine_dtype: str) -> dict:
@@ -30,9 +31,20 @@ def measure(model: Path, steps: int, engine_dtype: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-real-size-") as scratch:
         out = Path(scratch) / "result.json"
         command = [sys.executable, "-m", "orchestrator.bench.real_size", "--model", str(model), "--steps", str(steps)]
-        done = subprocess.run(command + ["--engine-dtype", engine_dtype, "--out", str(out)], check=False)
-        if done.returncode != 0 or not out.is_file():
-            raise RuntimeError(f"the real-size run with rollout.dtype {engine_dtype} failed (exit code {done.returncode})")
+        child = subprocess.Popen(command + ["--engine-dtype", engine_dtype, "--out", str(out)])
+        try:
+            returncode = child.wait(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            child.terminate()  # the run stops as on SIGTERM, its Ray cluster with it
+            try:
+                child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            raise RuntimeError(
+                f"the real-size run with rollout.dtype {engine_dtype} did not end within {RUN_TIMEOUT_S}s"
+            ) from None
+        if returncode != 0 or not out.is_file():
+            raise RuntimeError(f"the real-size run with rollout.dtype {engine_dtype} failed (exit code {returncode})")
         return json.loads(out.read_text())
 
 

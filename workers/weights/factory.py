@@ -24,4 +24,4 @@ def make_transport(
         return ObjectStoreTransport(timeout_s, bucket_bytes, dtype)
     from workers.weights.nccl import NcclTransport
 
-    return NcclTransport(timeout_s, bucket_bytes, tensor_parallel_size)
+    return NcclTransport(timeout_s, bucket_bytes, tensor_parallel_size, dtype)

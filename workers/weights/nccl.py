@@ -86,11 +86,13 @@ def metadata(named_tensors) -> dict:
 
 # Driver side.
 class NcclTransport(WeightTransport):
-    def __init__(self, timeout_s: float, bucket_bytes: int, tensor_parallel_size: int = 1):
+    def __init__(self, timeout_s: float, bucket_bytes: int, tensor_parallel_size: int = 1, dtype: str | None = None):
+        """`dtype`: the engines' weight dtype, if known, for the object-store fallback (NCCL sends the
+        learner's tensors as they are)."""
         super().__init__(timeout_s, bucket_bytes)
         self.tensor_parallel_size = tensor_parallel_size
         self._group: tuple[int, ...] | None = None  # engine ids the NCCL group was opened for
-        self._fallback = ObjectStoreTransport(timeout_s, bucket_bytes)
+        self._fallback = ObjectStoreTransport(timeout_s, bucket_bytes, dtype)
 
     def _open(self, learner, engines: dict[int, object], deadline: float) -> dict[int, BaseException]:
         """Open the group for `engines`; returns the engines that failed to join (the group is then
