@@ -15,6 +15,7 @@ import numpy as np
 
 from orchestrator.contracts.learning import GRPOSettings, LearnerConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle
+from workers.host_memory import return_freed_memory
 from workers.learner.data_parallel import DataParallelRank
 
 
@@ -66,7 +67,9 @@ class Learner:
 
     def train_step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         self._keep_publication()
-        return self._learner.train_step(batch)
+        metrics = self._learner.train_step(batch)
+        return_freed_memory()  # the step's gradients and activations: the engines load and generate next
+        return metrics
 
     # Object-store path (workers/weights/object_store.py).
     def publish_weights(self, bucket_bytes: int, adapter_only: bool = False, dtype: str | None = None) -> tuple[list, int]:

@@ -9,6 +9,7 @@ backend the latter fails after start-up because linear layers are repacked when 
 
 from __future__ import annotations
 
+from workers.host_memory import return_freed_memory
 from workers.weights.buckets import Checksum, tensors
 from workers.weights.staging import StagedStream
 
@@ -34,17 +35,5 @@ class WeightReceiver:
             self.reload_weights(weights_iterator=tensors(buckets(), copy=True))
         finally:
             stream.close()
-            _return_freed_memory()
+            return_freed_memory()  # the tensors' copies, vLLM's per-layer buffers
         return digest.hexdigest()
-
-
-def _return_freed_memory() -> None:
-    """Hand the host memory the load freed (the tensors' copies, vLLM's per-layer buffers) back to
-    the system: glibc keeps freed heap pages for reuse, and they would count against the node until
-    the next load."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        pass
