@@ -40,6 +40,7 @@ def measure(model: Path, steps: int, engine_dtype: str) -> dict:
                 child.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 child.kill()
+                child.wait()
             raise RuntimeError(
                 f"the real-size run with rollout.dtype {engine_dtype} did not end within {RUN_TIMEOUT_S}s"
             ) from None

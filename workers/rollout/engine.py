@@ -293,10 +293,14 @@ class RolloutEngine:
 
     def abort_weights(self, version: int) -> None:
         """Stop the load of `version` (the driver gave it up): it fails, and the engine stays paused. An
-        abort that comes before its load fails the load as it arrives."""
-        self._ended.add(version)
+        abort that comes before its load fails the load as it arrives. A load that already finished
+        stands: the driver aborts every engine when the learner fails at the end of a sync, and a
+        learner restarted from a checkpoint sends the same version number again."""
         if version in self._incoming:
             self._incoming[version].close()
+        elif version == self.policy_version:
+            return
+        self._ended.add(version)
         self._incoming_changed.set()  # feeds waiting for the load see it ended
 
     async def _load_base(self, message: dict) -> str:

@@ -77,3 +77,19 @@ def test_a_sync_past_its_deadline_fails_clearly(pool, learner):
     with pytest.raises(WeightSyncError, match=r"did not finish within weight_sync.timeout_s=0.001s"):
         ObjectStoreTransport(timeout_s=0.001, bucket_bytes=64 << 10).sync(learner, pool.engines.actors, version=4)
     ObjectStoreTransport(timeout_s=120, bucket_bytes=64 << 10).sync(learner, pool.engines.actors, version=5)
+
+
+def test_a_finished_load_survives_an_abort_and_takes_its_version_again(pool, learner):
+    """The driver aborts every engine's load when the learner fails at the end of a sync; engines that
+    had finished keep serving, and after the learner restarts from a checkpoint they load the same
+    version number again."""
+    import ray
+
+    from workers.weights.object_store import ObjectStoreTransport
+
+    transport = ObjectStoreTransport(timeout_s=120, bucket_bytes=64 << 10)
+    engines = pool.engines.actors
+    transport.sync(learner, engines, version=6)
+    ray.get([actor.abort_weights.remote(6) for actor in engines.values()])
+    report = transport.sync(learner, engines, version=6)
+    assert report.dead == {} and report.version == 6
