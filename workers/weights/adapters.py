@@ -21,28 +21,23 @@ from pathlib import Path
 
 import torch
 
-from workers.weights.buckets import WeightBucket, checksum, fill, groups, tensors
+from workers.weights.buckets import Piece, WeightBucket, groups, tensors
 
 ADAPTER_PREFIX = "base_model.model."
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
-def pack_apart(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> list[WeightBucket]:
-    """`pack`, with base and adapter tensors never in one bucket."""
-    return [fill(group) for group in groups_apart(named_tensors, bucket_bytes)]
-
-
 def groups_apart(
     named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int, dtype: str | None = None
-) -> list[list[tuple[str, torch.Tensor]]]:
+) -> list[list[Piece]]:
     """`buckets.groups`, with base and adapter tensors never in one bucket."""
     runs = itertools.groupby(named_tensors, key=lambda named: named[0].startswith(ADAPTER_PREFIX))
     return [group for _, run in runs for group in groups(run, bucket_bytes, dtype)]
 
 
 def is_adapter(bucket: WeightBucket) -> bool:
-    """Whether a bucket holds adapter tensors (a bucket never mixes the two kinds: `pack` them apart)."""
+    """Whether a bucket holds adapter tensors (a bucket never mixes the two kinds: `groups_apart`)."""
     return bool(bucket.entries) and bucket.entries[0].name.startswith(ADAPTER_PREFIX)
 
 
@@ -51,22 +46,8 @@ def is_adapter_header(header: list) -> bool:
     return bool(header) and header[0][0].startswith(ADAPTER_PREFIX)
 
 
-def split(buckets: Iterable[WeightBucket]) -> tuple[list[WeightBucket], list[WeightBucket]]:
-    """(base buckets, adapter buckets)."""
-    base, adapter = [], []
-    for bucket in buckets:
-        (adapter if is_adapter(bucket) else base).append(bucket)
-    return base, adapter
-
-
 def combined_checksum(base: str | None, adapter: str | None) -> str:
     return "+".join(part for part in (base, adapter) if part is not None)
-
-
-def buckets_checksum(buckets: list[WeightBucket]) -> str:
-    """The checksum of a sync's buckets, one part per kind (see above)."""
-    base, adapter = split(buckets)
-    return combined_checksum(checksum(base) if base else None, checksum(adapter) if adapter else None)
 
 
 def write_adapter(folder: Path, config: dict, buckets: list[WeightBucket]) -> Path:

@@ -7,7 +7,7 @@ those bytes are views of the weights themselves (or their casts to the engines' 
 Ray copies each into its object store as the learner hands it out (workers/weights/publication.py),
 the only copy on the learner's side. The engine actor reads it in place from the store and writes
 it, laid out, into the shared-memory ring its vLLM workers read (workers/weights/staging.py).
-Unpacking is zero-copy. The checksum lets the orchestrator prove every engine received exactly
+`tensors` reads them back without a copy. The checksum lets the orchestrator prove every engine received exactly
 what the learner sent.
 """
 
@@ -100,17 +100,15 @@ def header(group: list[Piece], dtype: str | None = None) -> list:
 
 
 def fill(group: list[Piece], dtype: str | None = None) -> WeightBucket:
-    """One bucket of `group`'s tensors (or pieces of one): views of them, or their casts to `dtype`."""
-    entries, chunks, size = [], [], 0
-    for name, tensor, start, stop in group:
+    """One bucket of `group`'s tensors (or pieces of one), laid out as `header` says: views of them, or
+    their casts to `dtype`."""
+    chunks = []
+    for _, tensor, start, stop in group:
         whole = start == 0 and stop == tensor.numel()
         part = tensor.detach() if whole else tensor.detach().reshape(-1)[start:stop]  # sliced where it lies
         sent = part.to(device="cpu", dtype=sent_dtype(tensor, dtype))
-        raw = sent.contiguous().view(-1).view(torch.uint8)
-        entries.append(TensorEntry(name, str(sent.dtype).removeprefix("torch."), tuple(tensor.shape), size, raw.numel()))
-        chunks.append(raw.numpy())
-        size = _aligned(size + raw.numel())
-    return WeightBucket(tuple(entries), tuple(chunks))
+        chunks.append(sent.contiguous().view(-1).view(torch.uint8).numpy())
+    return WeightBucket.from_header(header(group, dtype), tuple(chunks))
 
 
 def sent_dtype(tensor: torch.Tensor, dtype: str | None) -> torch.dtype:
@@ -152,11 +150,6 @@ def tensors(buckets: Iterable[WeightBucket], copy: bool = False) -> Iterator[tup
                 joining = None
     if joining is not None:
         raise ValueError(f"weight buckets: {joining[0]} ended after {joining[2]} of {joining[1].numel()} bytes")
-
-
-def unpack(bucket: WeightBucket) -> Iterator[tuple[str, torch.Tensor]]:
-    """The tensors of a bucket that holds no piece of a split one, as views of its chunks (no copy)."""
-    yield from tensors([bucket])
 
 
 def _bytes(entry: TensorEntry, chunk: Chunk) -> torch.Tensor:

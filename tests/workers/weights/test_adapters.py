@@ -7,7 +7,8 @@ import torch
 from safetensors.torch import load_file
 
 from workers.weights import adapters
-from workers.weights.buckets import checksum, pack
+from workers.weights.buckets import checksum, fill, pack
+from workers.weights.publication import Publication
 
 BASE = [("model.embed_tokens.weight", torch.randn(8, 4)), ("model.norm.weight", torch.ones(4))]
 ADAPTER = [
@@ -17,20 +18,28 @@ ADAPTER = [
 
 
 def test_base_and_adapter_tensors_never_share_a_bucket():
-    buckets = adapters.pack_apart(BASE + ADAPTER, bucket_bytes=1 << 20)  # room for all in one
-    base, adapter = adapters.split(buckets)
-    assert [e.name for b in base for e in b.entries] == [name for name, _ in BASE]
-    assert [e.name for b in adapter for e in b.entries] == [name for name, _ in ADAPTER]
+    groups = adapters.groups_apart(BASE + ADAPTER, bucket_bytes=1 << 20)  # room for all in one
+    buckets = [fill(group) for group in groups]
+    assert [[e.name for e in b.entries] for b in buckets] == [[name for name, _ in BASE], [name for name, _ in ADAPTER]]
+    assert [adapters.is_adapter(b) for b in buckets] == [False, True]
+    assert [adapters.is_adapter_header(b.header()) for b in buckets] == [False, True]
+
+
+def _published(named) -> str:
+    """The checksum the learner reports for a sync of `named` (workers/weights/publication.py)."""
+    publication = Publication(named, 1 << 20)
+    for index in range(len(publication.headers)):
+        publication.bucket(index)
+    return publication.checksum()
 
 
 def test_the_checksum_has_a_part_per_kind_and_a_full_model_keeps_its_own():
     full = pack(BASE, 1 << 20)
-    assert adapters.buckets_checksum(full) == checksum(full)
-    both = adapters.pack_apart(BASE + ADAPTER, 1 << 20)
-    base_part, adapter_part = adapters.buckets_checksum(both).split("+")
+    assert _published(BASE) == checksum(full)
+    base_part, adapter_part = _published(BASE + ADAPTER).split("+")
     assert base_part == checksum(full) and adapter_part == checksum(pack(ADAPTER, 1 << 20))
     changed = [(name, tensor + 1) for name, tensor in ADAPTER]
-    assert adapters.buckets_checksum(adapters.pack_apart(changed, 1 << 20)) != adapter_part
+    assert _published(changed) != adapter_part
 
 
 def test_the_engine_writes_the_adapter_as_a_peft_folder(tmp_path):

@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from workers.weights.adapters import buckets_checksum
-from workers.weights.buckets import WeightBucket, fill, groups, header, pack, tensors
+from workers.weights.buckets import WeightBucket, checksum, fill, groups, header, pack, tensors
 from workers.weights.publication import Publication
 
 
@@ -21,7 +20,9 @@ def test_weights_travel_in_the_engines_dtype_and_integers_as_they_are():
     assert sent["steps"].dtype == torch.int64 and torch.equal(sent["steps"], weights["steps"])
     assert sum(bucket.nbytes for bucket in buckets) < sum(t.numel() * t.element_size() for t in weights.values()) * 0.6
     for group in groups(weights.items(), 1000, "bfloat16"):  # headers are known before any byte is made
-        assert header(group, "bfloat16") == fill(group, "bfloat16").header()
+        bucket = fill(group, "bfloat16")
+        assert header(group, "bfloat16") == bucket.header()
+        assert [len(bytes(chunk)) for chunk in bucket.chunks] == [entry[4] for entry in header(group, "bfloat16")]
 
 
 def test_a_publication_hands_out_the_buckets_pack_would_make_and_their_checksum():
@@ -32,7 +33,7 @@ def test_a_publication_hands_out_the_buckets_pack_would_make_and_their_checksum(
     assert publication.nbytes == sum(bucket.nbytes for bucket in expected)
     handed = [publication.bucket(index) for index in range(len(expected))]
     assert not publication.open
-    assert publication.checksum() == buckets_checksum(expected) == buckets_checksum(handed)
+    assert publication.checksum() == checksum(expected) == checksum(handed)
 
 
 def test_buckets_are_handed_out_once_in_order():
@@ -62,7 +63,7 @@ def test_a_publication_left_open_keeps_its_weights_once_and_as_they_travel():
     """An open publication across several optimizer steps (a sync given up part-way) copies the model
     once, not at every step, and in the engines' dtype."""
     weights = _weights()
-    expected = buckets_checksum(pack(weights.items(), bucket_bytes=1000, dtype="bfloat16"))
+    expected = checksum(pack(weights.items(), bucket_bytes=1000, dtype="bfloat16"))
     publication = Publication(weights.items(), bucket_bytes=1000, dtype="bfloat16")
     publication.keep()
     kept = {id(tensor) for group in publication._groups for _, tensor, *_ in group}
@@ -73,4 +74,4 @@ def test_a_publication_left_open_keeps_its_weights_once_and_as_they_travel():
         publication.keep()
     assert {id(tensor) for group in publication._groups for _, tensor, *_ in group} == kept
     handed = [publication.bucket(index) for index in range(len(publication.headers))]
-    assert buckets_checksum(handed) == expected
+    assert checksum(handed) == expected

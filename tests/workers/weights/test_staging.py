@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from workers.weights.buckets import checksum, pack, tensors, unpack
+from workers.weights.buckets import checksum, pack, tensors
 from workers.weights.staging import SLOTS, StagedStream, StagingRing
 
 
@@ -159,7 +159,7 @@ def test_the_ring_leaves_nothing_open_behind():
         ring = StagingRing(buckets[0].nbytes)
         stream = StagedStream(ring.message([buckets[0].header()], timeout_s=10))
         await ring.put(buckets[0])
-        loaded = [dict(unpack(bucket))["w"].clone() for bucket in stream.buckets()]
+        loaded = [dict(tensors([bucket]))["w"].clone() for bucket in stream.buckets()]
         stream.close()
         ring.close()
         return loaded
