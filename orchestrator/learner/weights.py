@@ -49,11 +49,12 @@ class PolicyWeights:
         with self._one_at_a_time:
             if self._together:
                 return
-            version = self.version
-            report = self.learner.sync(self.transport, {engine_id: actor}, version)
+            # In async mode the learner may be training meanwhile: if it publishes the next policy, the
+            # engine is told that version, not this one (workers/weights/object_store.py).
+            report = self.learner.sync(self.transport, {engine_id: actor}, self.version)
         if engine_id in report.dead:
             why = reason(report.dead[engine_id])
-            raise WeightSyncError(f"engine {engine_id} did not load policy version {version}: {why}")
+            raise WeightSyncError(f"engine {engine_id} did not load policy version {report.version}: {why}")
 
     def learner_replaced(self, version: int) -> None:
         """A new learner (restarted from a checkpoint of `version`) publishes from now on."""

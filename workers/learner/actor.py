@@ -72,14 +72,15 @@ class Learner:
         return metrics
 
     # Object-store path (workers/weights/object_store.py).
-    def publish_weights(self, bucket_bytes: int, adapter_only: bool = False, dtype: str | None = None) -> tuple[list, int]:
+    def publish_weights(self, bucket_bytes: int, adapter_only: bool = False, dtype: str | None = None) -> tuple[list, int, int]:
         """Open a publication of the weights (a LoRA run's `adapter_only`: its adapter) in buckets of
-        about `bucket_bytes`, floating-point ones as `dtype` if given; returns (bucket headers, bytes).
+        about `bucket_bytes`, floating-point ones as `dtype` if given; returns (bucket headers, bytes,
+        the policy version of the weights published: optimizer steps taken, checkpoints included).
         `weight_bucket` hands them out."""
         from workers.weights.publication import Publication
 
         self._publication = Publication(self._learner.named_weights(adapter_only), bucket_bytes, dtype)
-        return self._publication.headers, self._publication.nbytes
+        return self._publication.headers, self._publication.nbytes, self._learner.policy_version
 
     def weight_bucket(self, index: int):
         """Bucket `index` of the open publication: Ray stores it as this returns."""

@@ -147,7 +147,8 @@ class NcclTransport(WeightTransport):
             raise
         others = {e: a for e, a in engines.items() if e not in members}
         if others:
-            _, sent, failed = self._fallback.sync_by(learner, others, version, deadline)
+            loaded, _, sent, failed = self._fallback.sync_by(learner, others, version, deadline)
+            version = version if members else loaded  # the learner's own count, if ahead (object_store.py)
             nbytes, dead = nbytes or sent, {**dead, **failed}
         return SyncReport(version, UNVERIFIED, nbytes, time.monotonic() - start, dead)
 

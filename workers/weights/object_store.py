@@ -40,7 +40,7 @@ class ObjectStoreTransport(WeightTransport):
 
     def sync(self, learner, engines: dict[int, object], version: int, adapter_only: bool = False) -> SyncReport:
         start = time.monotonic()
-        digest, nbytes, dead = self.sync_by(learner, engines, version, start + self.timeout_s, adapter_only)
+        version, digest, nbytes, dead = self.sync_by(learner, engines, version, start + self.timeout_s, adapter_only)
         return SyncReport(version, digest, nbytes, time.monotonic() - start, dead)
 
     def learner_replaced(self) -> None:
@@ -48,11 +48,18 @@ class ObjectStoreTransport(WeightTransport):
 
     def sync_by(
         self, learner, engines: dict[int, object], version: int, deadline: float, adapter_only: bool = False
-    ) -> tuple[str, int, dict]:
-        """(checksum, bytes, failed engines) of a sync that ends by `deadline` (the NCCL path's fallback
-        shares its deadline). `adapter_only`: a LoRA run's adapter, not its base weights."""
+    ) -> tuple[int, str, int, dict]:
+        """(version loaded, checksum, bytes, failed engines) of a sync that ends by `deadline` (the NCCL
+        path's fallback shares its deadline). `adapter_only`: a LoRA run's adapter, not its base weights.
+
+        The engines are told the version of what the learner publishes. It is `version` unless the
+        learner's own count is ahead: then it took an optimizer step between the caller reading
+        `version` and the publication (async mode: an engine admitted while the learner trains), and
+        the weights sent are that step's. Labelled `version`, the engine would serve the newer policy
+        under the older number and, admitted after the sync of the newer one began, miss that sync."""
         published = learner.publish_weights.remote(self.bucket_bytes, adapter_only, self.dtype)
-        headers, nbytes = await_round("publishing weights", deadline, self.timeout_s, {}, published).learner
+        headers, nbytes, learner_version = await_round("publishing weights", deadline, self.timeout_s, {}, published).learner
+        version = max(version, learner_version)
         loads = {e: actor.load_weights.remote(headers, version, self.timeout_s) for e, actor in engines.items()}
         stream = BucketStream(learner, engines, version, len(headers), self.timeout_s)
         try:
@@ -68,7 +75,7 @@ class ObjectStoreTransport(WeightTransport):
         synced = {e: report for e, report in done.engines.items() if e not in failed}
         if synced:  # else no engine took every bucket, and the learner handed out only some
             verify(done.learner, version, synced)
-        return done.learner or "", nbytes, {**late, **failed, **done.dead}
+        return version, done.learner or "", nbytes, {**late, **failed, **done.dead}
 
 
 class BucketStream:

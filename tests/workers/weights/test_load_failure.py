@@ -29,7 +29,7 @@ class _BrokenLearner:
         buckets = pack(named, bucket_bytes=embedding.nbytes)  # one bucket per tensor: the first loads, the second fails
         headers = [bucket.header() for bucket in buckets]
         self.publish_weights = _Remote(
-            lambda bucket_bytes, adapter_only, dtype: ray.put((headers, sum(b.nbytes for b in buckets)))
+            lambda bucket_bytes, adapter_only, dtype: ray.put((headers, sum(b.nbytes for b in buckets), 0))
         )
         self.weight_bucket = _Remote(lambda index: ray.put(buckets[index]))
         self.published_checksum = _Remote(lambda: ray.put(checksum(buckets)))

@@ -83,7 +83,7 @@ def faults(ray_session):
 
 def _learner(faults, **overrides):
     behaviours = {
-        "publish_weights": faults.answers(([], 1234)),
+        "publish_weights": faults.answers(([], 1234, 0)),
         "published_checksum": faults.answers("c0ffee"),
         "nccl_endpoint": faults.answers(("127.0.0.1", 29500)),
         "nccl_open": faults.answers(None),
@@ -144,7 +144,7 @@ STREAMED = [[["w", "float32", [1], 0, 4]]] * 3  # the headers of three one-tenso
 
 
 def _streaming_learner(faults, **overrides):
-    behaviours = {"publish_weights": faults.answers((STREAMED, 12)), "weight_bucket": faults.answers("a bucket")}
+    behaviours = {"publish_weights": faults.answers((STREAMED, 12, 0)), "weight_bucket": faults.answers("a bucket")}
     return _learner(faults, **{**behaviours, **overrides})
 
 

@@ -93,3 +93,49 @@ def test_a_finished_load_survives_an_abort_and_takes_its_version_again(pool, lea
     ray.get([actor.abort_weights.remote(6) for actor in engines.values()])
     report = transport.sync(learner, engines, version=6)
     assert report.dead == {} and report.version == 6
+
+
+def _learner_version(learner) -> int:
+    """The learner's own policy version, as a publication reports it (opened, then closed unsent)."""
+    import ray
+
+    _, _, version = ray.get(learner.publish_weights.remote(1 << 20))
+    ray.get(learner.published_checksum.remote())
+    return version
+
+
+def _step_batch(tiny) -> dict:
+    """Two groups of two samples of the tiny model's tokens, with made-up behaviour log-probs."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from orchestrator.rollout.samples import StepSamples
+    from orchestrator.training.advantages import group_advantages
+    from orchestrator.training.batch import learner_batch
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny.tokenizer_dir))
+    prompt = tokenizer("Q: what is apple ? A:")["input_ids"]
+    completions = [tokenizer(" <search> apple </search>")["input_ids"], tokenizer(" apple")["input_ids"]] * 2
+    samples = StepSamples.from_tokens([prompt] * 4, completions, [[-1.0] * len(c) for c in completions])
+    advantages = group_advantages(np.array([1.0, 0.0, 1.0, 0.0]), np.array([0, 0, 1, 1]))
+    return learner_batch(samples, advantages, pad_token_id=tokenizer.eos_token_id)  # masked out: any id pads
+
+
+def test_an_engine_loaded_while_the_learner_trains_is_told_the_version_it_got(pool, learner, tiny):
+    """Async mode: the generation thread admits an engine with the driver's version v while the
+    training thread's step is under way on the learner. The learner publishes once its step is done,
+    so the engine gets policy v + 1 and must be labelled v + 1, not serve it as v (and then miss the
+    sync of v + 1, which started without it)."""
+    import ray
+
+    from workers.weights.object_store import ObjectStoreTransport
+
+    version = _learner_version(learner)  # what the driver holds before the step: the learner's count
+    engine_id, actor = next(iter(pool.engines.actors.items()))
+    stepped = learner.train_step.remote(_step_batch(tiny))  # submitted first: the learner runs it first
+    report = ObjectStoreTransport(timeout_s=120, bucket_bytes=64 << 10).sync(learner, {engine_id: actor}, version=version)
+    ray.get(stepped)
+    assert report.dead == {} and report.version == version + 1
+    assert ray.get(actor.policy_version.remote()) == version + 1
+    same = ObjectStoreTransport(timeout_s=120, bucket_bytes=64 << 10).sync(learner, {engine_id: actor}, version=version + 1)
+    assert same.checksum == report.checksum  # what the engine took was that step's weights
