@@ -88,7 +88,10 @@ def start_training(
     tokens, chat template, pad fallback; `canonical_tokenizer` builds it for callers without one): one
     bundle of its files goes to the learner and to every engine. Engines start with placeholder weights
     and the learner's config.json, and serve only after the learner's weights (`policy_version`) are
-    loaded into them, so no node but the learner's needs the model files."""
+    loaded into them, so no node but the learner's needs the model files. `max_prompt_tokens`: the
+    longest prompt (preflight's `longest_prompt`); the engines' context is sized for it plus
+    `max_completion_length`, so a caller that leaves it out (and has no `max_prompt_length`) gets
+    completions cut short by the prompt's length."""
     from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
     from orchestrator.placement.gpus import with_learner_gpus
     from orchestrator.ray_runtime import cluster_gpus

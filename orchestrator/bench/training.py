@@ -33,6 +33,7 @@ def ours(
     from orchestrator.config.train import TrainConfig
     from orchestrator.launch import canonical_tokenizer, start_training
     from orchestrator.training.loop import GRPORun
+    from orchestrator.training.requests import tokenize_prompts
     from orchestrator.training.run_dir import RunDir
 
     config = TrainConfig(
@@ -51,11 +52,15 @@ def ours(
         learner=learner or {},
         rollout=rollout or {},
     )
-    parts = start_training(config, str(model), canonical_tokenizer(config, str(model)))
+    tokenizer, prompts = canonical_tokenizer(config, str(model)), search_task.all_prompts()
+    # The engines' context is the longest prompt plus the completion budget, as `train` sizes it: without
+    # the prompt, every completion would end that many tokens short of max_tokens.
+    longest = max(len(ids) for ids in tokenize_prompts(prompts, tokenizer))
+    parts = start_training(config, str(model), tokenizer, max_prompt_tokens=longest)
     try:
         run_dir = RunDir.create(config.output_dir)
         run_dir.prepare(config.model_dump(mode="json"))
-        metrics = GRPORun(config, search_task.all_prompts(), run_dir, parts).run()
+        metrics = GRPORun(config, prompts, run_dir, parts).run()
     finally:
         parts.shutdown()
     steady = metrics[1:]  # step 1 pays for first-request set-up
