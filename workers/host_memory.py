@@ -8,11 +8,20 @@ again, while the node's other processes (engines, the learner, Ray's object stor
 from __future__ import annotations
 
 import ctypes
+import functools
 
 
 def return_freed_memory() -> None:
     """`malloc_trim(0)`: hand the freed heap pages back; a no-op where the C library is not glibc."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's `malloc_trim`, looked up once per process; None where the C library is not glibc."""
     try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        pass
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None

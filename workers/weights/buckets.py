@@ -7,8 +7,8 @@ those bytes are views of the weights themselves (or their casts to the engines' 
 Ray copies each into its object store as the learner hands it out (workers/weights/publication.py),
 the only copy on the learner's side. The engine actor reads it in place from the store and writes
 it, laid out, into the shared-memory ring its vLLM workers read (workers/weights/staging.py).
-`tensors` reads them back without a copy. The checksum lets the orchestrator prove every engine received exactly
-what the learner sent.
+`tensors` reads them back without a copy. The checksum lets the orchestrator prove every engine
+received exactly what the learner sent.
 """
 
 from __future__ import annotations
