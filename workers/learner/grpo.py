@@ -44,7 +44,16 @@ import torch
 from orchestrator.contracts.learning import GRPOSettings
 from workers.fences import transformers as fenced_transformers
 from workers.fences import trl as fenced_trl
-from workers.learner import checkpoint, importance_sampling, lora, micro_batches, packing, sharding, step_inputs
+from workers.learner import (
+    checkpoint,
+    importance_sampling,
+    lora,
+    micro_batches,
+    packing,
+    sharding,
+    step_inputs,
+    tied_embedding,
+)
 from workers.learner.model_setup import load_model, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -143,6 +152,7 @@ class GRPOLearner:
         # Every per-token logprob pass (TRL's loss, the reference model) goes through `_per_token_logps`.
         self.packed = False
         unwrapped = self.trainer.accelerator.unwrap_model(self.model)
+        self.direct_embedding_grad = tied_embedding.accumulate_directly(unwrapped, self.world_size, self.sharded)
         self._one_row = packing.one_row(fenced_transformers.attention_implementation(unwrapped))
         fenced_trl.route_per_token_logps(self.trainer, self._per_token_logps)
         self.packed = self._choose_packing()
