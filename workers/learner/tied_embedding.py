@@ -1,5 +1,5 @@
 """A tied input embedding's gradient added straight into `.grad`, for models whose output layer is
-their input embedding (Qwen2.5 up to 3B, Llama 3.2, Gemma).
+their input embedding (Qwen2.5 up to 3B, Llama 3.2; not a lookup of its own, as Gemma's).
 
 Autograd sums all of a leaf's gradients before it adds them to `.grad`. With tied embeddings the
 output layer's gradient (vocabulary x hidden: 545 MB in float32 for Qwen2.5-0.5B) is done first and
@@ -56,7 +56,8 @@ def accumulate_directly(model, world_size: int, sharded: bool) -> bool:
     output = model.get_output_embeddings()
     if world_size > 1 or sharded or output is None or output.weight is not embedding.weight:
         return False
-    if not isinstance(embedding, torch.nn.Embedding) or not embedding.weight.requires_grad:
+    # Exactly nn.Embedding: a subclass may change the lookup (Gemma's scales it), which the hook replaces.
+    if type(embedding) is not torch.nn.Embedding or not embedding.weight.requires_grad:
         return False
     if embedding.max_norm is not None or embedding.scale_grad_by_freq or embedding.sparse:
         return False  # lookups with a gradient of their own kind: left to autograd

@@ -11,6 +11,11 @@ from workers.learner.tied_embedding import accumulate_directly
 PAD = 0
 
 
+class _ScaledEmbedding(torch.nn.Embedding):
+    def forward(self, ids):
+        return super().forward(ids) * 3.0
+
+
 def _model(tied: bool = True) -> Qwen2ForCausalLM:
     torch.manual_seed(0)
     config = Qwen2Config(
@@ -61,12 +66,14 @@ def test_without_grad_the_lookup_is_untouched():
 
 @pytest.mark.parametrize(
     "case",
-    ["untied", "two ranks", "sharded", "frozen embedding"],
+    ["untied", "two ranks", "sharded", "frozen embedding", "a lookup of its own"],
 )
 def test_left_to_autograd_where_it_would_be_wrong(case):
     model = _model(tied=case != "untied")
     if case == "frozen embedding":
         model.get_input_embeddings().weight.requires_grad_(False)
+    if case == "a lookup of its own":  # as Gemma's, which scales what it looks up
+        model.get_input_embeddings().__class__ = _ScaledEmbedding
     applied = accumulate_directly(model, world_size=2 if case == "two ranks" else 1, sharded=case == "sharded")
     assert not applied
     ids = _micro_batches()[0]
