@@ -152,7 +152,7 @@ class GRPOLearner:
         # Every per-token logprob pass (TRL's loss, the reference model) goes through `_per_token_logps`.
         self.packed = False
         unwrapped = self.trainer.accelerator.unwrap_model(self.model)
-        self.direct_embedding_grad = tied_embedding.accumulate_directly(unwrapped, self.world_size, self.sharded)
+        tied_embedding.accumulate_directly(unwrapped, self.world_size, self.sharded)  # logs when it does
         self._one_row = packing.one_row(fenced_transformers.attention_implementation(unwrapped))
         fenced_trl.route_per_token_logps(self.trainer, self._per_token_logps)
         self.packed = self._choose_packing()
