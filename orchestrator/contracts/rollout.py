@@ -59,9 +59,9 @@ class RolloutConfig(StrictModel):
     health_check_interval_s: float = Field(
         5.0,
         ge=0.0,
-        description="While generating, how often each engine holding groups is asked whether its vLLM engine process "
-        "still answers (0: never). One that does not is wedged: killed, its groups sent to the other engines, and "
-        "replaced with the current weights (orchestrator/rollout/health.py).",
+        description="While generating, an engine that has held groups this long without handing any back is asked "
+        "whether its vLLM engine process still answers (0: never). One that does not is wedged: killed, its groups sent "
+        "to the other engines, and replaced with the current weights (orchestrator/rollout/health.py).",
     )
     health_check_timeout_s: float = Field(
         20.0,

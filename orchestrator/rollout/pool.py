@@ -205,6 +205,8 @@ class RolloutPool:
                     died(engine_id, error)
                     continue
                 mine = held[engine_id]
+                if collected.results:
+                    watchdog.heard(engine_id)
                 for result in collected.results:
                     dispatcher.finished(engine_id, mine.pop(result.group_id).num_generations)
                     holding -= 1
