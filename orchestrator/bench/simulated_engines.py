@@ -105,6 +105,12 @@ class SimulatedEngines:
             self._content = SyntheticContent(found.vocab_size, found.eos_token_id or 0)
             gc.collect()  # the imports above are here to stay: keep the collector off them (orchestrator/rollout/collector.py)
             gc.freeze()
+            # This process stands in for a thousand engine processes: it makes and drops millions of
+            # objects a minute, none in a reference cycle, so reference counting frees them and the
+            # cycle collector only adds pauses. With it on, at 1024 engines this host lagged
+            # its own clock by 16-20 ms on average (p99 230-270 ms) and took Ray calls seconds late;
+            # off, 1.6 ms (p99 15-21 ms), and its memory grew as much over 50000 groups (to ~670 MB).
+            gc.disable()
         self._engines[engine_id] = SimulatedEngine(self.timing, now=self._now())
         self._waiting[engine_id] = {}
         self._queues[engine_id] = GroupQueue(lambda request: self._generate(engine_id, request), capacity)
