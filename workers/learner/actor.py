@@ -40,6 +40,7 @@ class Learner:
         import torch
 
         from workers.learner.grpo import GRPOLearner
+        from workers.weights.buckets import BucketBuffer
 
         gpu = torch.cuda.is_available() if config.learner.num_gpus is None else bool(config.learner.num_gpus)
         threads = torch_threads(config.learner, len(os.sched_getaffinity(0)), gpu)
@@ -54,6 +55,7 @@ class Learner:
             tokenizer = str(tokenizer.write_to(Path(self._tokenizer_dir.name)))
         self._learner = GRPOLearner(config, model, tokenizer)
         self._publication = None  # the weights being handed out to engines (workers/weights/publication.py)
+        self._bucket_buffer = BucketBuffer()  # what buckets are cast into, sync after sync
         if resume_from is not None:
             self._learner.load_state(resume_from)
 
@@ -79,7 +81,7 @@ class Learner:
         `weight_bucket` hands them out."""
         from workers.weights.publication import Publication
 
-        self._publication = Publication(self._learner.named_weights(adapter_only), bucket_bytes, dtype)
+        self._publication = Publication(self._learner.named_weights(adapter_only), bucket_bytes, dtype, self._bucket_buffer)
         return self._publication.headers, self._publication.nbytes, self._learner.policy_version
 
     def weight_bucket(self, index: int):

@@ -5,8 +5,9 @@
     publication.checksum()                                                      # of everything handed out
 
 Each bucket is made as it is asked for: views of the live weights, or (with `dtype`, the engines'
-weight dtype, when it is not the learner's) their casts, made then and gone once Ray has stored
-them. So neither the learner nor the object store ever holds a second copy of the whole model: the
+weight dtype, when it is not the learner's) their casts, made then into one bucket's worth of
+memory the learner keeps for it (`BucketBuffer`), which the next bucket reuses once Ray has stored
+this one. So neither the learner nor the object store ever holds a second copy of the whole model: the
 store holds only the buckets the engines have not taken yet (the driver keeps a few in flight:
 workers/weights/object_store.py). If the weights are about to change while a publication is still
 open (an engine admitted while the learner trains), `keep` first copies the buckets not yet handed
@@ -16,13 +17,17 @@ out, once, into host memory and in the dtype they travel in: a publication is al
 from __future__ import annotations
 
 from workers.weights import adapters
-from workers.weights.buckets import Checksum, WeightBucket, fill, header, sent_dtype
+from workers.weights.buckets import BucketBuffer, Checksum, WeightBucket, fill, header, sent_dtype
 
 
 class Publication:
-    def __init__(self, named_weights, bucket_bytes: int, dtype: str | None = None):
+    def __init__(self, named_weights, bucket_bytes: int, dtype: str | None = None, buffer: BucketBuffer | None = None):
+        """`buffer`: memory the casts are made in, reused by each bucket (and by later publications):
+        a bucket handed out is then valid only until the next is, which is how Ray uses it (it copies
+        each into its store as `weight_bucket` returns)."""
         self._groups = adapters.groups_apart(named_weights, bucket_bytes, dtype)
         self._dtype = dtype
+        self._buffer = buffer
         self.headers = [header(group, dtype) for group in self._groups]
         self._next = 0
         self._base, self._adapter = Checksum(), Checksum()
@@ -42,7 +47,7 @@ class Publication:
         """The next bucket; buckets are handed out once each, in order (the checksum follows that order)."""
         if index != self._next:
             raise ValueError(f"weight bucket {index} was asked for, but the next one to hand out is {self._next}")
-        bucket = fill(self._groups[index], self._dtype)
+        bucket = fill(self._groups[index], self._dtype, self._buffer)
         self._groups[index] = None  # its bytes are Ray's once this returns
         kind = "adapter" if adapters.is_adapter(bucket) else "base"
         (self._adapter if kind == "adapter" else self._base).add(bucket)

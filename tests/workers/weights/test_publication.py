@@ -1,9 +1,10 @@
 """The learner's side of a sync: buckets made one at a time, in the engines' dtype, always one policy."""
 
+import numpy as np
 import pytest
 import torch
 
-from workers.weights.buckets import WeightBucket, checksum, fill, groups, header, pack, tensors
+from workers.weights.buckets import BucketBuffer, WeightBucket, checksum, fill, groups, header, pack, tensors
 from workers.weights.publication import Publication
 
 
@@ -75,3 +76,26 @@ def test_a_publication_left_open_keeps_its_weights_once_and_as_they_travel():
     assert {id(tensor) for group in publication._groups for _, tensor, *_ in group} == kept
     handed = [publication.bucket(index) for index in range(len(publication.headers))]
     assert checksum(handed) == expected
+
+
+def test_buckets_cast_into_a_kept_buffer_carry_the_same_bytes_and_reuse_its_memory():
+    """The learner casts each bucket into one buffer it keeps (fresh pages cost more to write than
+    the cast); Ray copies each bucket as it is handed out, so the next one may overwrite it."""
+    weights = _weights()
+    expected = pack(weights.items(), bucket_bytes=1000, dtype="bfloat16")
+    buffer = BucketBuffer()
+    for _ in range(2):  # a second publication reuses the first one's memory
+        publication = Publication(weights.items(), bucket_bytes=1000, dtype="bfloat16", buffer=buffer)
+        handed = []
+        for index in range(len(expected)):
+            bucket = publication.bucket(index)
+            handed.append(WeightBucket(bucket.entries, tuple(bytes(chunk) for chunk in bucket.chunks)))  # as Ray stores it
+        assert publication.checksum() == checksum(expected)
+        assert [bucket.chunks for bucket in handed] == [tuple(bytes(chunk) for chunk in bucket.chunks) for bucket in expected]
+        memory = buffer.get(0)
+        assert memory.numel() == max(bucket.nbytes for bucket in expected)
+    cast = fill(groups(weights.items(), 1000, "bfloat16")[0], "bfloat16", buffer).chunks[0]
+    assert np.shares_memory(cast, buffer.get(0).numpy())  # written where the last bucket was, not in new pages
+    group = next(group for group in groups(weights.items(), 1000, "bfloat16") if any(p[0] == "steps" for p in group))
+    integers = fill(group, "bfloat16", buffer).chunks[[p[0] for p in group].index("steps")]
+    assert np.shares_memory(integers, weights["steps"].numpy())  # sent as they are: a view, no copy at all

@@ -139,3 +139,18 @@ def test_an_engine_loaded_while_the_learner_trains_is_told_the_version_it_got(po
     assert ray.get(actor.policy_version.remote()) == version + 1
     same = ObjectStoreTransport(timeout_s=120, bucket_bytes=64 << 10).sync(learner, {engine_id: actor}, version=version + 1)
     assert same.checksum == report.checksum  # what the engine took was that step's weights
+
+
+def test_buckets_cast_for_bfloat16_engines_each_reach_the_store_as_handed_out(learner):
+    """The learner casts every bucket into the same memory (workers/weights/buckets.py,
+    `BucketBuffer`): each must be stored as it was when handed out, not as a later bucket left it."""
+    import ray
+
+    from workers.weights.buckets import checksum
+
+    headers, _, _ = ray.get(learner.publish_weights.remote(64 << 10, False, "bfloat16"))
+    refs = [learner.weight_bucket.remote(index) for index in range(len(headers))]
+    buckets = ray.get(refs)  # every bucket handed out before any is read
+    assert len(buckets) > 2 and [bucket.header() for bucket in buckets] == headers
+    assert {entry.dtype for bucket in buckets for entry in bucket.entries} == {"bfloat16"}
+    assert checksum(buckets) == ray.get(learner.published_checksum.remote())
