@@ -9,8 +9,8 @@ scheduler takes such a call between two model steps, so it answers within one st
 is; a weight load in progress counts as an answer, having its own deadline). Groups handed back count
 as an answer: the engine process finished them at most one linger (engines /
 `rollout.engine_calls_per_s` seconds) before they came back. So an engine that keeps returning
-results is never asked, and a busy pool makes no such calls (at 1024 simulated engines, asking each
-one every 5 s was about 200 calls a second, beside about 280 that carried groups). An engine that
+results is never asked, and a busy pool makes no such calls (asking each of 1024 engines every 5 s
+would be about 200 calls a second on the driver). An engine that
 says no, or whose actor does not answer at all within `health_check_timeout_s` plus a margin for
 Ray, is wedged: the pool kills it, its groups go to the others and a replacement starts with the
 current weights, as for an engine that died. It is found within one interval, plus that deadline,
