@@ -105,13 +105,14 @@ def fill(group: list[Piece], dtype: str | None = None, into: BucketBuffer | None
     into its memory rather than fresh pages, and the bucket's chunks are views of it: valid until
     the next bucket is filled into it."""
     entries = header(group, dtype)
+    size = entries[-1][3] + entries[-1][4] if entries else 0  # the laid-out bucket's bytes
     chunks = []
     for (_, tensor, start, stop), (_, _, _, offset, nbytes) in zip(group, entries):
         whole = start == 0 and stop == tensor.numel()
         part = tensor.detach() if whole else tensor.detach().reshape(-1)[start:stop]  # sliced where it lies
         sent = sent_dtype(tensor, dtype)
         if into is not None and (part.device.type != "cpu" or part.dtype != sent or not part.is_contiguous()):
-            region = into.get(entries[-1][3] + entries[-1][4])[offset : offset + nbytes]  # grown once, if at all
+            region = into.get(size)[offset : offset + nbytes]  # grown once, if at all
             region.view(sent).copy_(part.reshape(-1))
             chunks.append(region.numpy())
             continue
