@@ -5,7 +5,8 @@ plain `GRPOTrainer` whose generation is TRL's public `rollout_func` returning fi
 `use_vllm` turned on by hand so that `_generate_and_score_completions` computes the old log-probs, the
 ratio and the advantages as it does for vLLM's samples; its `compute_loss` then gives the loss and
 gradients our learner must give on the same batch. The engines' log-probs are the same model's in
-bfloat16, as a bf16 engine's would be."""
+bfloat16, as a bf16 engine's would be, each sequence shifted by a set offset so that the correction's
+bounds are crossed by construction, whatever the CPU's rounding."""
 
 import copy
 
@@ -23,9 +24,16 @@ GROUPS, SIZE = 3, 4
 pytestmark = pytest.mark.filterwarnings("ignore:You are using 'rollout_func'")
 
 
-def _samples(learner, tiny, seed=0):
+# Per-sequence shifts of the engine's log-probs, cycled over the samples. A shift c makes each token's
+# ratio about exp(-c) and the sequence's about exp(-c * length): -0.3 and +0.3 give 1.35 and 0.74 per
+# token, beyond both TIGHT bounds, while 0 leaves the bf16 rounding alone (ratios within a few percent
+# of 1, inside the bounds), so every mode sees ratios on both sides of its bounds and within them.
+SHIFTS = (-0.3, 0.0, 0.3, 0.0)
+
+
+def _samples(learner, tiny, seed=0, shifts=(0.0,)):
     """Prompt and completion ids of different lengths, and their log-probs under the learner's model run
-    in bfloat16 (the engines' dtype on a GPU)."""
+    in bfloat16 (the engines' dtype on a GPU), each sequence's shifted by the next of `shifts`."""
     rng = np.random.default_rng(seed)
     vocab = len(learner.tokenizer)
     prompts = [rng.integers(3, vocab, size=rng.integers(2, 7)).tolist() for _ in range(GROUPS)]
@@ -39,7 +47,9 @@ def _samples(learner, tiny, seed=0):
         with torch.no_grad():
             logits = half(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1].float()
         logits = logits / learner.config.temperature
-        logprobs.append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0].tolist())
+        shift = shifts[len(logprobs) % len(shifts)]
+        logps = torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+        logprobs.append((logps + shift).clamp(max=0.0).tolist())  # still log-probabilities
     return prompt_ids, completion_ids, logprobs
 
 
@@ -102,7 +112,7 @@ def _trl_updates(trainer, batches: list[dict], config) -> tuple[list[float], lis
     return losses, clipped
 
 
-# Bounds the bf16 mismatch of these samples crosses, so every mode clips or masks some ratios.
+# Bounds the SHIFTS cross, so every mode clips or masks some ratios.
 TIGHT = {"vllm_importance_sampling_clip_min": 0.9, "vllm_importance_sampling_clip_max": 1.05}
 
 
@@ -113,11 +123,15 @@ def test_loss_and_gradients_equal_trls_for_every_correction(tiny, mode, level):
     loss_type = "grpo" if level == "sequence" else "dapo"  # GSPO is grpo's loss at the sequence level
     config = TrainConfig(num_generations=SIZE, prompts_per_step=GROUPS, max_steps=1, loss_type=loss_type, **settings)
     learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
-    samples = _samples(learner, tiny)
+    samples = _samples(learner, tiny, shifts=SHIFTS)
     rewards = np.random.default_rng(1).random(GROUPS * SIZE)
     trainer, inputs = _trl_reference(learner, tiny, samples, rewards)
     weights = inputs["importance_sampling_ratio"]
-    assert (weights == 0).any() or ((weights == 0.9) | (weights == 1.05)).any()  # the bounds took effect
+    if mode.endswith("mask"):  # some ratios masked, some kept
+        assert (weights == 0).any() and (weights > 0).any()
+    else:  # some ratios raised to the lower bound, some cut to the upper
+        assert (weights == TIGHT["vllm_importance_sampling_clip_min"]).any()
+        assert (weights == TIGHT["vllm_importance_sampling_clip_max"]).any()
     trl_loss = trainer.compute_loss(trainer.model, inputs)
     trl_loss.backward()
     trl_grads = _gradients(trainer.model)
