@@ -16,7 +16,6 @@ import collections
 import heapq
 import itertools
 import os
-import platform
 import resource
 import time
 
@@ -24,6 +23,7 @@ from orchestrator.bench.simulated_engine import SimulatedEngine, TokenTiming, co
 from orchestrator.contracts.groups import GroupRequest
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.machine import describe as describe_machine
 from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
 
 PROGRESS_EVERY_S = 10.0
@@ -116,7 +116,7 @@ def run(
     from orchestrator.rollout.samples import StepSamples
 
     result = {
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}",
+        "machine": describe_machine(),
         "engines": engines,
         "prompts": prompts,
         "num_generations": num_generations,

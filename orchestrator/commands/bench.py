@@ -22,13 +22,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import platform
 import tempfile
 from pathlib import Path
 
 from orchestrator.bench.model import parameter_count
 from orchestrator.contracts.errors import UserError
+from orchestrator.machine import describe as describe_machine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +54,7 @@ def run_bench(args: argparse.Namespace) -> int:
         cases.append(Case("realistic", bench_model(mean_length=args.mean_length), args.realistic_max_tokens, ignore_eos=False))
     cases = [case for case in cases if args.case in ("both", case.name)]
     result = {
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}",
+        "machine": describe_machine(),
         "model": str(model),
         "parameters": parameter_count(model),
         "prompts": args.prompts,
@@ -177,7 +176,7 @@ def _learner_memory(args: argparse.Namespace) -> int:
     bad = [size for size in sizes if size % learner_memory.GENERATIONS or size <= 0]
     if bad:
         raise UserError(f"--samples: {bad[0]} is not a positive multiple of {learner_memory.GENERATIONS} (the group size)")
-    machine = f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}"
+    machine = describe_machine()
     results = []
     for model in models:
         print(
@@ -206,7 +205,7 @@ def _correction(args: argparse.Namespace) -> int:
     from orchestrator.bench.model import bench_model
 
     model = Path(args.model) if args.model else bench_model(mean_length=args.mean_length)
-    machine = f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}"
+    machine = describe_machine()
     print(f"correction on {machine}; model {parameter_count(model) / 1e6:.1f}M parameters; 64 samples", flush=True)
     result = correction.measure(model, 64, args.mean_length, args.realistic_max_tokens)
     result["machine"] = machine
@@ -222,7 +221,7 @@ def _real_size(args: argparse.Namespace) -> int:
     from orchestrator.bench.model import real_size_model
 
     model = Path(args.model) if args.model else real_size_model()
-    machine = f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}"
+    machine = describe_machine()
     print(f"real size on {machine}; model {parameter_count(model) / 1e6:.1f}M parameters; {args.steps} steps", flush=True)
     results = []
     for dtype in real_size.ENGINE_DTYPES:

@@ -6,11 +6,11 @@ Every figure comes from the run's metrics.jsonl, so a table in the docs is regen
 from __future__ import annotations
 
 import argparse
-import platform
 from pathlib import Path
 
 import numpy as np
 
+from orchestrator import machine
 from orchestrator.contracts.errors import UserError
 from orchestrator.training.plots import PHASES as STEP_PHASES
 
@@ -42,7 +42,7 @@ def report(metrics: list[dict]) -> str:
         "|---|" + "---|" * len(PHASES),
         "| | " + " | ".join(f"{np.mean([m[p] for m in steady]):.3f}" for p in PHASES) + " |",
         "",
-        f"{_sampling_line(metrics)}; machine: {platform.machine()}, {_cores()} cores, Python {platform.python_version()}",
+        f"{_sampling_line(metrics)}; machine: {machine.describe()}",
     ]
     if "dynamic_sampling/rounds" in metrics[0]:
         lines += ["", _filling_line(metrics)]
@@ -126,9 +126,3 @@ def _tool_line(metrics: list[dict], steady: list[dict]) -> str:
         f"mean latency {np.mean([m['tools/latency_mean_s'] for m in steady]) * 1e3:.0f} ms (steady); "
         f"turns per sample {metrics[0]['turns/mean']:.2f} (step 1) -> {metrics[-1]['turns/mean']:.2f} (step {metrics[-1]['step']})"
     )
-
-
-def _cores() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
