@@ -50,13 +50,21 @@ def _stream(run) -> list[tuple]:
     return sorted(zip(table["step"], table["group_id"], table["prompt_index"], table["sample_index"], strict=True))
 
 
-def test_four_versions_ahead_keeps_the_bound_per_sample_and_resumes_on_the_same_prompts(tmp_path):
-    run = tmp_path / "run"
-    steps = 8
+FOUR_AHEAD_STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def four_ahead(tmp_path_factory):
+    """A run whose generation may run four versions ahead, checkpointed every 3 steps: (folder, output)."""
+    run = tmp_path_factory.mktemp("four-ahead") / "run"
     # Four passes over each batch (num_iterations) make training slower than generating the tiny
     # batches, so that generation runs ahead (here up to the bound; max 4, mean 2.5 versions behind).
-    args = [*ARGS, "max_staleness=4", "num_iterations=4", f"max_steps={steps}", "save_steps=3"]
-    proc = _train(*args, f"output_dir={run}")
+    args = [*ARGS, "max_staleness=4", "num_iterations=4", f"max_steps={FOUR_AHEAD_STEPS}", "save_steps=3"]
+    return run, _train(*args, f"output_dir={run}")
+
+
+def test_four_versions_ahead_keeps_the_bound_per_sample(four_ahead):
+    run, proc = four_ahead
     table = pq.read_table(run / "rollouts")
     behind = np.asarray(table.column("step")) - 1 - np.asarray(table.column("policy_version"))
     assert behind.max() <= 4, "a sample older than max_staleness was trained on"
@@ -64,11 +72,15 @@ def test_four_versions_ahead_keeps_the_bound_per_sample_and_resumes_on_the_same_
     assert behind.max() >= 2, "generation never ran more than one step ahead"
     assert " lag " in proc.stdout
 
-    # Resume from the step-6 checkpoint: the batches generated ahead of it are generated again, from
-    # the same stream position, so every step trains the same prompts as the run itself.
+
+@pytest.mark.slow  # a second run; the exact resume of a synchronous run is test_resume.py's
+def test_a_resume_four_versions_ahead_trains_the_same_prompts(four_ahead, tmp_path):
+    """Resume from the step-6 checkpoint: the batches generated ahead of it are generated again, from
+    the same stream position, so every step trains the same prompts as the run itself."""
+    run, _ = four_ahead
     again = tmp_path / "again"
     shutil.copytree(run, again)
-    shutil.rmtree(again / "checkpoints" / f"step-{steps:06d}")
+    shutil.rmtree(again / "checkpoints" / f"step-{FOUR_AHEAD_STEPS:06d}")
     resumed = _train("--resume", str(again))
     assert "from step-000006" in resumed.stdout
     assert _stream(again) == _stream(run)

@@ -98,15 +98,27 @@ def _train(*args):
     return proc
 
 
-@pytest.mark.engines
-def test_every_trained_group_differs_every_step_is_full_and_resume_is_exact(tmp_path):
-    run = tmp_path / "run"
-    steps = 4
+FILLED_STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    """A dynamic-sampling run where half the groups get equal rewards, checkpointed every 2 steps."""
+    run = tmp_path_factory.mktemp("filled") / "run"
     flat = Path(__file__).with_name("flat_rewards.py")
-    args = [*ARGS, "dynamic_sampling=true", f"max_steps={steps}", "save_steps=2", f"reward_funcs=['{flat}:half_flat']"]
+    args = [*ARGS, "dynamic_sampling=true", f"max_steps={FILLED_STEPS}", "save_steps=2", f"reward_funcs=['{flat}:half_flat']"]
     _train(*args, f"output_dir={run}")
-    table = pq.read_table(run / "rollouts").to_pandas()
-    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return run
+
+
+def _metrics(run) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.engines
+def test_every_trained_group_differs_and_every_step_is_full(filled):
+    table = pq.read_table(filled / "rollouts").to_pandas()
+    metrics = _metrics(filled)
     trained = table[~table["filtered"]]
     spread = trained.groupby(["step", "group_id"])["reward"].agg(lambda r: r.max() - r.min())
     assert (spread > 0).all()
@@ -116,15 +128,18 @@ def test_every_trained_group_differs_every_step_is_full_and_resume_is_exact(tmp_
     assert sum(m["dynamic_sampling/rounds"] for m in metrics) > 0
     assert all(m["dynamic_sampling/short_steps"] == 0 for m in metrics)
 
-    # Resume from the step-2 checkpoint: the same prompts, samples and rewards as the run itself.
+
+@pytest.mark.engines
+@pytest.mark.slow  # a second run; the exact resume of a plain run is test_resume.py's
+def test_a_resume_with_dynamic_sampling_is_exact(filled, tmp_path):
+    """Resume from the step-2 checkpoint: the same prompts, samples and rewards as the run itself."""
     again = tmp_path / "again"
-    shutil.copytree(run, again)
-    shutil.rmtree(again / "checkpoints" / f"step-{steps:06d}")
+    shutil.copytree(filled, again)
+    shutil.rmtree(again / "checkpoints" / f"step-{FILLED_STEPS:06d}")
     resumed = _train("--resume", str(again))
     assert "from step-000002" in resumed.stdout
-    resumed_table = pq.read_table(again / "rollouts").to_pandas()
     columns = ["step", "group_id", "prompt_index", "completion_ids", "reward", "filtered"]
+    table = pq.read_table(filled / "rollouts").to_pandas()
+    resumed_table = pq.read_table(again / "rollouts").to_pandas()
     assert resumed_table[columns].astype(str).equals(table[columns].astype(str))
-    assert [json.loads(line)["reward_mean"] for line in (again / "metrics.jsonl").read_text().splitlines()] == [
-        m["reward_mean"] for m in metrics
-    ]
+    assert [m["reward_mean"] for m in _metrics(again)] == [m["reward_mean"] for m in _metrics(filled)]

@@ -37,11 +37,9 @@ def _engine_processes(driver: subprocess.Popen) -> list[psutil.Process]:
     return found
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(tmp_path, uninterrupted_rewards, stop):
-    """SIGTERM is what Kubernetes sends a RayJob's driver: the same clean stop as Ctrl-C, but the exit
-    status says the run did not finish."""
-    run = tmp_path / "interrupted"
+def _stop_after_two_steps(run, stop) -> int:
+    """Start the short run, send `stop` once step 2 is written, check the stop was clean and return the
+    steps it recorded."""
     proc = start_until(run, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     engines = _engine_processes(proc)
     assert engines
@@ -57,7 +55,18 @@ def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(tmp_path, uni
     assert (run / "checkpoints" / f"step-{stopped_at:06d}" / "learner_state.pt").is_file()
     _, alive = psutil.wait_procs(engines, timeout=10)
     assert not alive, "the interrupted run left vLLM engine processes behind"
+    return stopped_at
 
+
+def test_ctrl_c_stops_the_run_cleanly_with_a_checkpoint(tmp_path):
+    _stop_after_two_steps(tmp_path / "interrupted", signal.SIGINT)
+
+
+def test_a_run_stopped_by_sigterm_resumes_to_match_an_uninterrupted_one(tmp_path, uninterrupted_rewards):
+    """SIGTERM is what Kubernetes sends a RayJob's driver: the same clean stop as Ctrl-C, but the exit
+    status says the run did not finish. The resume is the same after either."""
+    run = tmp_path / "interrupted"
+    stopped_at = _stop_after_two_steps(run, signal.SIGTERM)
     resumed = _train("--resume", str(run))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"from step-{stopped_at:06d}" in resumed.stdout
