@@ -1,5 +1,6 @@
 """Build a config from a YAML file plus `key=value` / `--key value` overrides (values parsed as YAML,
-dotted keys for sections: `rollout.engines=2`). Every error names the key and the source."""
+dotted keys for sections: `rollout.engines=2`). Every error names the key and the source. Relative
+paths in the file are read from the file's folder (relative_paths.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.config.base import ConfigError, explain
+from orchestrator.config.relative_paths import from_config_folder
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -73,7 +75,9 @@ def merge(base: dict, extra: dict) -> dict:
 
 
 def load_config(model: type[BaseModel], path: Path, overrides: list[str]):
-    data = merge(read_yaml(path), parse_overrides(overrides))
+    """`model` from the YAML file at `path` (its relative paths read from its folder) plus `overrides`
+    (relative paths from the current folder)."""
+    data = merge(from_config_folder(read_yaml(path), model, path.parent), parse_overrides(overrides))
     try:
         return model.model_validate(data)
     except ValidationError as error:

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from orchestrator.contracts.learning import GRPOSettings
+from orchestrator.contracts.paths import PATH, SPEC
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.strict import StrictModel
@@ -38,19 +39,24 @@ class TrainConfig(GRPOSettings):
         None,
         description="Model folder or hub name; null (or builtin:search), builtin:lookup or builtin:chat (a ChatML chat "
         "model) for a built-in tiny model.",
+        json_schema_extra=PATH,
     )
-    tokenizer: str | None = Field(None, description="Learner tokenizer (folder or name); default: the model's.")
+    tokenizer: str | None = Field(
+        None, description="Learner tokenizer (folder or name); default: the model's.", json_schema_extra=PATH
+    )
     # Data and rewards
     prompts: str = Field(
         "builtin:search",
         description="Prompt file (.jsonl/.parquet or a datasets.save_to_disk folder; a 'prompt' column of strings or of "
         "{role, content} message lists), 'builtin:search', 'builtin:lookup' or 'builtin:arithmetic'.",
+        json_schema_extra=PATH,
     )
     max_prompt_length: int | None = Field(None, ge=1, description="Longest prompt in tokens; longer prompts are an error.")
     drop_long_prompts: bool = Field(False, description="Skip prompts over max_prompt_length (counted) instead of failing.")
     reward_funcs: list[str] = Field(
         default_factory=lambda: ["builtin:search_call"],
         description="Reward functions: 'path/file.py:name', 'package.module:name' or 'builtin:NAME'.",
+        json_schema_extra=SPEC,
     )
     reward_weights: list[float] | None = Field(None, description="One weight per reward function (default all 1).")
     reward_error_score: float | None = Field(
@@ -81,6 +87,7 @@ class TrainConfig(GRPOSettings):
         None,
         description="Held-out prompts, same formats as `prompts` (or 'builtin:arithmetic_eval'); generated on with the "
         "current weights every eval_steps and scored with reward_funcs, never trained on. Null: no evaluation.",
+        json_schema_extra=PATH,
     )
     eval_steps: int = Field(10, ge=1, description="Evaluate after every N training steps, and after the last one.")
     eval_num_generations: int = Field(4, ge=1, description="Samples per eval prompt: the k of eval/pass@k.")

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from orchestrator.contracts.lora import LoraSettings
+from orchestrator.contracts.paths import PATH
 from orchestrator.contracts.strict import StrictModel
 
 LEARNER_STATE = "learner_state.pt"  # in a checkpoint: optimizer, scheduler, RNG, policy version (beside the HF model)
@@ -87,6 +88,7 @@ class GRPOSettings(StrictModel):
         None,
         description="Jinja chat template (a file, or the template itself) replacing the tokenizer's; conversational "
         "prompts are rendered with it, and the learner's tokenizer (shipped to engines, saved in checkpoints) carries it.",
+        json_schema_extra=PATH,
     )
     prompts_per_step: int = Field(4, ge=1, description="Groups per step; samples per step = this x num_generations.")
     # GRPO (TRL GRPOConfig names)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from orchestrator.contracts.paths import SPEC
 from orchestrator.contracts.strict import StrictModel
 
 
@@ -16,7 +17,8 @@ class ToolConfig(StrictModel):
     name: str = Field(description="Name in metrics and in the rollout Parquet's tool_calls.")
     fn: str = Field(
         description="`fn(call_text: str, **context) -> str`: 'path/file.py:name', 'package.module:name' or 'builtin:NAME'. "
-        "context: prompt, group_id, sample_index, turn."
+        "context: prompt, group_id, sample_index, turn.",
+        json_schema_extra=SPEC,
     )
     begin: str = Field(description="Tag that opens a call, e.g. '<search>'.")
     end: str = Field(description="Tag that closes a call, e.g. '</search>'; generation stops there and the tool runs.")

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from orchestrator.config.base import ConfigError
@@ -64,3 +66,60 @@ def test_invalid_yaml_names_the_line(tmp_path):
     path.write_text("max_steps: 3\nrollout: [\n")
     with pytest.raises(ConfigError, match=r"run.yaml:\d+: invalid YAML"):
         load_config(TrainConfig, path, [])
+
+
+def test_relative_paths_in_a_config_file_are_read_from_its_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "project"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "train.jsonl").write_text('{"prompt": "hi"}\n')
+    (folder / "my_reward.py").write_text("def score(prompts, completions, **kwargs):\n    return [0.0] * len(prompts)\n")
+    (folder / "tools.py").write_text("def look(call_text, **context):\n    return call_text\n")
+    (folder / "run.yaml").write_text(
+        "model: Qwen/Qwen2-0.5B\n"  # a hub name: nothing by that name beside the file
+        "prompts: data/train.jsonl\n"
+        "eval_prompts: builtin:arithmetic_eval\n"
+        "reward_funcs: [my_reward.py:score, builtin:search_call, orchestrator.builtin.search_task:search_call_reward]\n"
+        "chat_template: '{{ messages }}'\n"
+        "tools: [{name: look, fn: 'tools.py:look', begin: '<search>', end: '</search>'}]\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "cli_reward.py").write_text("def score(prompts, completions, **kwargs):\n    return [1.0] * len(prompts)\n")
+    monkeypatch.chdir(elsewhere)
+    config = load_config(TrainConfig, folder / "run.yaml", [])
+    assert config.prompts == str(folder / "data" / "train.jsonl")
+    assert config.reward_funcs == [
+        f"{folder / 'my_reward.py'}:score",
+        "builtin:search_call",
+        "orchestrator.builtin.search_task:search_call_reward",
+    ]
+    assert config.tools[0].fn == f"{folder / 'tools.py'}:look"
+    assert (config.model, config.eval_prompts, config.chat_template) == (
+        "Qwen/Qwen2-0.5B",
+        "builtin:arithmetic_eval",
+        "{{ messages }}",
+    )
+    # on the command line, from the current folder
+    overridden = load_config(TrainConfig, folder / "run.yaml", ["reward_funcs=[cli_reward.py:score]"])
+    assert overridden.reward_funcs == ["cli_reward.py:score"]
+
+
+def test_a_relative_config_path_still_gives_paths_that_hold_from_anywhere(tmp_path, monkeypatch):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "r.py").write_text("def score(prompts, completions, **kwargs):\n    return [0.0] * len(prompts)\n")
+    (tmp_path / "configs" / "run.yaml").write_text("reward_funcs: [r.py:score]\n")
+    monkeypatch.chdir(tmp_path)
+    config = load_config(TrainConfig, Path("configs/run.yaml"), [])
+    assert config.reward_funcs == [
+        f"{tmp_path / 'configs' / 'r.py'}:score"
+    ]  # absolute: the run folder's config.yaml resumes anywhere
+
+
+def test_the_shipped_dapo_recipe_finds_its_reward_file_from_another_folder(tmp_path, monkeypatch):
+    from orchestrator.contracts.user_functions import resolve
+
+    recipe = Path(__file__).resolve().parents[3] / "configs" / "recipes" / "dapo.yaml"
+    monkeypatch.chdir(tmp_path)
+    config = load_config(TrainConfig, recipe, [])
+    assert config.reward_funcs[1] == f"{recipe.parent / 'overlong.py'}:overlong"
+    assert callable(resolve(config.reward_funcs[1], "reward_funcs", {}))  # TRL's soft overlong punishment

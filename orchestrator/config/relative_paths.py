@@ -1,0 +1,68 @@
+"""Relative paths in a config file are read from the config file's folder, so a config runs from any
+folder: `train --config /abs/configs/recipes/dapo.yaml` finds the reward file `overlong.py` next to
+it. On the command line (`key=value`), paths stay relative to the current folder.
+
+A relative value is taken from the config's folder when a file or folder of that name is there;
+otherwise it is kept as written, since the same keys also hold names that are no paths (a hub id such
+as `Qwen/Qwen2-0.5B`, `builtin:search`, a chat template's text). Which keys hold paths is marked on
+their fields (contracts/paths.py). The result is absolute, so the run folder's config.yaml resumes
+from anywhere too.
+"""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+from pydantic import BaseModel
+
+
+def from_config_folder(data: dict, model: type[BaseModel], folder: Path) -> dict:
+    """`data` (a config file's mapping for `model`) with its relative paths made absolute from `folder`."""
+    out = dict(data)
+    folder = folder.resolve()
+    for name, field in model.model_fields.items():
+        if name not in out:
+            continue
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        kind, value = extra.get("relative_path"), out[name]
+        if kind is not None:
+            out[name] = (
+                [_resolve(item, kind, folder) for item in value] if isinstance(value, list) else _resolve(value, kind, folder)
+            )
+        elif (section := _section(field.annotation)) is not None:
+            if isinstance(value, dict):
+                out[name] = from_config_folder(value, section, folder)
+            elif isinstance(value, list):
+                out[name] = [from_config_folder(item, section, folder) if isinstance(item, dict) else item for item in value]
+    return out
+
+
+def _section(annotation) -> type[BaseModel] | None:
+    """The config model a field holds: itself, in a list, or optional."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in typing.get_args(annotation):
+        if (section := _section(argument)) is not None:
+            return section
+    return None
+
+
+def _resolve(value, kind: str, folder: Path):
+    if not isinstance(value, str):
+        return value
+    if kind == "spec":
+        file, sep, name = value.rpartition(":")
+        return f"{_beside(file, folder)}:{name}" if sep and file.endswith(".py") else value
+    return _beside(value, folder)
+
+
+def _beside(value: str, folder: Path) -> str:
+    """`folder / value` when something by that name is there, else `value` as written."""
+    if not value or value.startswith("~") or Path(value).is_absolute():
+        return value
+    candidate = folder / value
+    try:
+        return str(candidate) if candidate.exists() else value
+    except OSError:  # not a name a file can have (a template's text, say)
+        return value
