@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from orchestrator.contracts.errors import LearnerDiedError
+from orchestrator.contracts.errors import LearnerDiedError, UserError
 from orchestrator.contracts.learning import GRPOSettings
 from orchestrator.contracts.tokenizer import TokenizerBundle
 from orchestrator.learner.death import death_cause, oom_kills
@@ -71,9 +71,18 @@ class LearnerGroup:
         self._watch()
 
     def _watch(self) -> None:
-        """Wait for every rank to be up; note their nodes and those nodes' OOM-kill counters, so a
-        later death can be told apart as out of memory."""
-        self._node_ids = self._call_all("starting", [rank.node_id.remote() for rank in self.ranks])
+        """Start every rank and wait for it to be up; note their nodes and those nodes' OOM-kill counters,
+        so a later death can be told apart as out of memory. A rank that fails to start (not for
+        something the user can fix, which is raised as itself) is the learner's death."""
+        import ray
+
+        try:
+            self._node_ids = self._call_all("starting", [rank.start.remote() for rank in self.ranks])
+        except ray.exceptions.RayTaskError as error:
+            cause = error.cause
+            raise LearnerDiedError(
+                f"the learner died while starting (it failed to start: {type(cause).__name__}: {cause})"
+            ) from None
         self._oom_before = {node: self._probe_node(node) for node in dict.fromkeys(self._node_ids)}
 
     def model_config(self) -> bytes:
@@ -120,12 +129,18 @@ class LearnerGroup:
         return list(dict.fromkeys(self._node_ids))
 
     def _call(self, doing: str, ref, rank: int = 0):
+        """`ref`'s result. A problem the user can fix (`UserError`, e.g. a setting the model cannot run
+        with) is raised as itself; the learner's death as `LearnerDiedError`."""
         import ray
 
         try:
             return ray.get(ref)
         except ray.exceptions.RayActorError as error:
             raise self._died(doing, error, rank) from None
+        except ray.exceptions.RayTaskError as error:
+            if isinstance(error.cause, UserError):
+                raise error.cause from None
+            raise
 
     def _call_all(self, doing: str, refs: list) -> list:
         """Every rank's answer, in rank order. Ranks meet in collective calls, so the others wait on a

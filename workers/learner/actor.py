@@ -30,6 +30,14 @@ class Learner:
         resume_from: str | None = None,
         rank: DataParallelRank | None = None,
     ):
+        """Keeps what to start from; `start` loads it. Ray reports an exception raised in a constructor only
+        as the actor's death, in words; one raised by `start` reaches the driver as itself, so that a
+        problem the user can fix (`UserError`) is told as one."""
+        self._start_args = (config, model, tokenizer, resume_from, rank)
+
+    def start(self) -> str:
+        """Load the model (and the checkpoint to resume from), as one data-parallel rank when given;
+        returns this actor's node."""
         import logging
         import warnings
 
@@ -42,6 +50,7 @@ class Learner:
         from workers.learner.grpo import GRPOLearner
         from workers.weights.buckets import BucketBuffer
 
+        config, model, tokenizer, resume_from, rank = self._start_args
         gpu = torch.cuda.is_available() if config.learner.num_gpus is None else bool(config.learner.num_gpus)
         threads = torch_threads(config.learner, len(os.sched_getaffinity(0)), gpu)
         if threads is not None:
@@ -58,6 +67,7 @@ class Learner:
         self._bucket_buffer = BucketBuffer()  # what buckets are cast into, sync after sync
         if resume_from is not None:
             self._learner.load_state(resume_from)
+        return self.node_id()
 
     def model_config(self) -> bytes:
         """The model's config.json as the learner holds it (embeddings resized for added tokens), so

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.learning import LEARNER_STATE
 from workers.learner import lora, sharding
 
@@ -43,7 +44,7 @@ def load(learner, folder: str) -> None:
     state = sharding.read_learner_state(path) if learner.sharded else torch.load(path, weights_only=False)
     written_sharded = sharding.WHOLE_OPTIMIZER in state
     if written_sharded != learner.sharded:
-        raise ValueError(
+        raise UserError(
             f"{folder} was written by a learner with learner.fsdp {str(written_sharded).lower()}; resume it with "
             f"learner.fsdp: {str(written_sharded).lower()}"
         )

@@ -41,6 +41,7 @@ import time
 import numpy as np
 import torch
 
+from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.learning import GRPOSettings
 from workers.fences import transformers as fenced_transformers
 from workers.fences import trl as fenced_trl
@@ -71,7 +72,7 @@ class GRPOLearner:
 
         if config.learner.num_gpus and not torch.cuda.is_available():
             # Training on the CPU instead would only show as NCCL dying in the first weight sync.
-            raise RuntimeError(
+            raise UserError(
                 f"learner.num_gpus is {config.learner.num_gpus} but torch {torch.__version__} sees no GPU here "
                 f"(CUDA build: {torch.version.cuda or 'none, a CPU build'}): install the CUDA build of torch "
                 "(`make install DEVICE=gpu` in a venv of its own), or update the NVIDIA driver (580 or newer for CUDA 13.0)"
@@ -189,7 +190,7 @@ class GRPOLearner:
             logger.info("learner: padding-free micro-batches (%s)", "one row each" if self._one_row else "packed rows")
             return True
         if setting:
-            raise ValueError(
+            raise UserError(
                 f"learner.padding_free is true, but this model cannot run packed sequences: {why_not}. Set "
                 "learner.padding_free: null (padded micro-batches where packing is unavailable) or false"
             )

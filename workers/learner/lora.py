@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.lora import LoraSettings
 from workers.weights.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 
@@ -50,7 +51,7 @@ def load_adapter(model, folder: str) -> None:
     result = set_peft_model_state_dict(model, load_file(str(Path(folder) / ADAPTER_WEIGHTS)))
     missing = [key for key in result.missing_keys if ".lora_" in key]
     if result.unexpected_keys or missing:
-        raise ValueError(
+        raise UserError(
             f"{folder}: the adapter does not fit this model's (weights with no place: {result.unexpected_keys[:3]}, "
             f"places with no weights: {missing[:3]})"
         )

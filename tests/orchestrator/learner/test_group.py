@@ -9,7 +9,7 @@ import pytest
 from safetensors.torch import load_file
 
 from orchestrator.config.train import TrainConfig
-from orchestrator.contracts.errors import LearnerDiedError
+from orchestrator.contracts.errors import LearnerDiedError, UserError
 from orchestrator.learner.group import LearnerGroup
 from tests.workers.learner.grpo_steps import grpo_steps
 
@@ -106,3 +106,31 @@ def test_a_stopped_rank_is_the_learner_dying_once_the_collective_times_out(ray_s
         if psutil.pid_exists(stopped):
             os.kill(stopped, signal.SIGCONT)
         two.shutdown()
+
+
+def test_a_setting_the_learner_cannot_run_is_a_user_error_and_a_failed_start_a_death(ray_session, tiny, tmp_path):
+    """Ray reports an exception raised in an actor's constructor only as the actor's death, in words: the
+    learner starts in a method instead, so that what the user can fix reaches the CLI as a user error
+    (one line, exit 2), recognised by its type."""
+    import ray
+
+    from workers.learner.actor import Learner
+
+    config = TrainConfig(num_generations=2, prompts_per_step=1, max_steps=1)
+    learner = ray.remote(Learner).options(num_cpus=0)
+    no_gpu = learner.remote(
+        config.model_copy(update={"learner": config.learner.model_copy(update={"num_gpus": 1})}),
+        str(tiny.model_dir),
+        str(tiny.tokenizer_dir),
+    )
+    no_model = learner.remote(config, str(tmp_path), str(tiny.tokenizer_dir))  # a folder without a model
+    try:
+        with pytest.raises(UserError, match=r"learner.num_gpus is 1 but torch \S+ sees no GPU here"):
+            LearnerGroup([no_gpu])._watch()
+        with pytest.raises(
+            LearnerDiedError, match=r"the learner died while starting \(it failed to start: ValueError: Unrecognized model in "
+        ):
+            LearnerGroup([no_model])._watch()
+    finally:
+        ray.kill(no_gpu)
+        ray.kill(no_model)

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from orchestrator.config.train import TrainConfig
+from orchestrator.contracts.errors import UserError
 from orchestrator.rollout.samples import StepSamples
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
@@ -203,7 +204,7 @@ def test_a_model_that_cannot_pack_is_trained_padded_or_refused(tiny):
     model.config._attn_implementation = "paged|eager"  # an attention that transformers does not pack
     assert not GRPOLearner(config, model, str(tiny.tokenizer_dir)).packed
     strict = TrainConfig(num_generations=2, prompts_per_step=2, max_steps=1, learner={"padding_free": True})
-    with pytest.raises(ValueError, match=r"learner.padding_free is true.*'paged\|eager'"):
+    with pytest.raises(UserError, match=r"learner.padding_free is true.*'paged\|eager'"):
         GRPOLearner(strict, model, str(tiny.tokenizer_dir))
 
 

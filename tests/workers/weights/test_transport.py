@@ -16,6 +16,7 @@ def learner(tiny, ray_session):
 
     config = TrainConfig(num_generations=2, prompts_per_step=1, max_steps=1)
     actor = ray.remote(Learner).options(num_cpus=0).remote(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    ray.get(actor.start.remote())
     yield actor
     ray.kill(actor)
 
