@@ -24,3 +24,12 @@ def test_the_rayjob_entrypoint_config_exists():
         word.removeprefix("/app/") for word in rayjob.split() if word.startswith("/app/configs/") and word.endswith(".yaml")
     ]
     assert referenced and all((ROOT / ref).is_file() for ref in referenced)
+
+
+def test_the_configs_index_lists_every_example_config():
+    index = (ROOT / "configs" / "README.md").read_text()
+    listed = {path for path in CONFIGS if path.is_relative_to(ROOT / "configs")}
+    missing = [
+        str(path.relative_to(ROOT / "configs")) for path in listed if f"`{path.relative_to(ROOT / 'configs')}`" not in index
+    ]
+    assert not missing, f"configs/README.md does not list {missing}"
