@@ -1,0 +1,230 @@
+"""`Dispatch`: one `RolloutPool.generate` call, a batch of groups on its way through the engines.
+
+The state of the batch lives here, and each thing that can happen to it is one method:
+
+    admit()           engines that finished starting join; draining ones stop taking groups
+    assign()          waiting groups go to the least-loaded engines with room (dispatcher.py)
+    start_tail()      every group is out: queued groups are taken back for engines that free room first
+    send(outgoing)    one `exchange` per engine carries its new groups and brings finished ones back
+    withdraw(...)     at the tail, engines hand back the groups still queued on them
+    check_health()    engines that hold groups and stopped answering are replaced (health.py)
+    collect(future)   a call came back: results are kept, a death sends the engine's groups elsewhere
+    died(engine, e)   an engine is gone: its groups go back to the front of the queue
+
+`run()` repeats them until every group has a result. Groups go out in batches and come back in
+batches (workers/rollout/group_queue.py): each engine has at most one call waiting, `exchange`,
+which carries the groups picked for it and returns with the groups it finished. Each call's future
+reports to one queue as it resolves, so what the loop does per result does not grow with the
+engines: a `ray.wait` over every waiting call would. An engine lingers up to engines /
+`rollout.engine_calls_per_s` seconds to hand several results back together (less when half its
+queue has started and more groups wait), so the more engines, the more results each call carries.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import queue
+import time
+from collections.abc import Callable
+
+from orchestrator.contracts.engine_death import is_engine_death
+from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.groups import GroupRequest, GroupResult
+from orchestrator.rollout.collector import ResultFreezer
+from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
+from orchestrator.rollout.engine_group import EngineFailedError, EngineGroup
+from orchestrator.rollout.health import EngineWedgedError, Watchdog
+
+WATCHDOG_TICK_S = 1.0  # how often the loop looks for wedged engines (each is asked every health_check_interval_s)
+
+
+class Dispatch:
+    def __init__(
+        self,
+        engines: EngineGroup,
+        requests: list[GroupRequest],
+        batch: int,
+        on_result: Callable[[GroupResult], None] | None = None,
+    ):
+        """`batch` numbers this call on the engines (their queues hold one batch at a time)."""
+        self.engines, self.batch, self.on_result = engines, batch, on_result
+        config = self.config = engines.config
+        engines.admit_ready(block=False)
+        self.queued = config.max_inflight_samples if config.max_queued_samples is None else config.max_queued_samples
+        self.dispatcher = LeastLoadedDispatcher(list(engines.actors), config.max_inflight_samples + self.queued)
+        self.watchdog = Watchdog(
+            config.health_check_interval_s,
+            config.health_check_timeout_s,
+            lambda engine_id, timeout_s: engines.actors[engine_id].responsive.remote(timeout_s).future(),
+        )
+        self.pending = collections.deque(requests)
+        self.held: dict[int, dict[int, GroupRequest]] = collections.defaultdict(dict)  # engine -> group id -> request
+        self.holding = 0  # groups on engines
+        self.calls: dict[concurrent.futures.Future, tuple[int, str]] = {}  # a waiting call -> its engine, its method
+        self.calling: set[int] = set()  # engines with an `exchange` waiting
+        self.side_calls = collections.Counter()  # engine -> its `submit` and `withdraw` calls under way
+        self.finished: queue.SimpleQueue[concurrent.futures.Future] = queue.SimpleQueue()
+        self.returned: set[int] = set()  # engines whose `exchange` came back since the loop last called them
+        self.tail = not self.queued  # the last groups are out: engines with room get the queued ones
+        self.to_withdraw: set[int] = set()  # engines to ask for their queued groups back, at the end of the batch
+        self.next_check = 0.0
+        self.results: list[GroupResult] = []
+        self.freezer = ResultFreezer()  # results pile up: keep the collector from re-walking them (collector.py)
+
+    def run(self) -> list[GroupResult]:
+        """Every group's result, in completion order."""
+        while self.pending or self.holding:
+            self.admit()
+            outgoing = self.assign()
+            self.start_tail()
+            self.send(outgoing)
+            self.withdraw(outgoing)
+            self.returned.clear()
+            self.check_health()
+            for future in _drain(self.finished, timeout=WATCHDOG_TICK_S):
+                self.collect(future)
+        self.engines.stop_drained(busy=set())
+        return self.results
+
+    def admit(self) -> None:
+        """Engines that finished starting take groups from now on (with nothing else to wait for, wait
+        for one); draining engines take no more and stop once they hold none."""
+        engines = self.engines
+        idle = not self.calling and not (set(engines.actors) - engines.draining)
+        for engine_id in engines.admit_ready(block=idle):
+            self.dispatcher.add(engine_id)
+        if engines.draining:
+            for engine_id in engines.draining:
+                self.dispatcher.remove(engine_id)
+            engines.stop_drained(busy={engine_id for engine_id, groups in self.held.items() if groups})
+        if not engines.actors and not self.calling:
+            raise EngineFailedError("no rollout engine is left to generate with")
+
+    def assign(self) -> dict[int, list[GroupRequest]]:
+        """Waiting groups, front first, each to the least-loaded engine with room for it: engine -> groups."""
+        outgoing: dict[int, list[GroupRequest]] = collections.defaultdict(list)
+        while self.pending and (engine_id := self.dispatcher.pick(self.pending[0].num_generations)) is not None:
+            request = self.pending.popleft()
+            outgoing[engine_id].append(request)
+            self.held[engine_id][request.group_id] = request
+            self.holding += 1
+            self.dispatcher.started(engine_id, request.num_generations)
+        return outgoing
+
+    def start_tail(self) -> None:
+        """Once every group is out, engines queue no more than they generate, and the groups waiting in
+        their queues are to be taken back (`withdraw`): a batch's end waits for no engine's queue."""
+        if not self.pending and not self.tail:
+            self.tail = True
+            self.dispatcher.capacity = self.config.max_inflight_samples
+            self.to_withdraw = {engine_id for engine_id, groups in self.held.items() if groups}
+
+    def send(self, outgoing: dict[int, list[GroupRequest]]) -> None:
+        """New groups to their engines, and a new `exchange` to each engine that still holds groups."""
+        linger_s = len(self.engines.actors) / self.config.engine_calls_per_s
+        refill_at = self.queued // 2 if not self.tail else 0
+        for engine_id in self.returned | outgoing.keys():
+            if engine_id in self.calling:  # groups taken back at the end of the batch, or from a dead engine
+                self._call(engine_id, "submit", outgoing[engine_id])
+            elif self.held.get(engine_id):
+                self._call(engine_id, "exchange", outgoing.get(engine_id, []), linger_s, refill_at if self.pending else None)
+
+    def withdraw(self, outgoing: dict[int, list[GroupRequest]]) -> None:
+        """Ask the tail's engines for their queued groups back. After the engine's earlier calls of this
+        batch, so that it gives back this batch's queue (and hands results back at once from then on);
+        an engine sent groups just now is asked next pass."""
+        for engine_id in [e for e in self.to_withdraw if e not in outgoing and e not in self.returned]:
+            self.to_withdraw.discard(engine_id)
+            if self.held.get(engine_id):
+                self._call(engine_id, "withdraw")
+
+    def check_health(self) -> None:
+        """Every WATCHDOG_TICK_S, the busy engines that stopped answering are replaced; killed, an engine's
+        waiting call fails as a death's does, and its groups go to the others."""
+        if time.monotonic() < self.next_check:  # each check looks at every busy engine: not once per result
+            return
+        self.next_check = time.monotonic() + WATCHDOG_TICK_S
+        busy = [engine_id for engine_id, groups in self.held.items() if groups and engine_id in self.engines.actors]
+        for engine_id, why in self.watchdog.check(busy).items():
+            print(f"warning: engine {engine_id} is wedged: {why}; replacing it", flush=True)
+            self.died(engine_id, EngineWedgedError(f"engine {engine_id}: {why}"))
+
+    def collect(self, future: concurrent.futures.Future) -> None:
+        """A call came back."""
+        engine_id, method = self.calls.pop(future)
+        if method != "exchange":  # a failed one fails the engine's `exchange` too, which handles it
+            self.side_calls[engine_id] -= 1
+        if method == "withdraw":
+            self._withdrawn(engine_id, future)
+        elif method == "exchange" and engine_id in self.calling:  # else its engine was found wedged and replaced
+            self.calling.discard(engine_id)
+            self._exchanged(engine_id, future)
+
+    def died(self, engine_id: int, error: BaseException) -> None:
+        """The engine is replaced (engine_group.py); its groups are generated again on live engines, exactly once."""
+        self.engines.engine_died(engine_id, error)
+        self.dispatcher.remove(engine_id)
+        self.calling.discard(engine_id)
+        lost = self.held.pop(engine_id, {})
+        self.holding -= len(lost)
+        self.pending.extendleft(reversed(lost.values()))
+
+    def _call(self, engine_id: int, method: str, *args) -> None:
+        future = getattr(self.engines.actors[engine_id], method).remote(self.batch, *args).future()
+        self.calls[future] = (engine_id, method)
+        if method == "exchange":
+            self.calling.add(engine_id)
+        else:
+            self.side_calls[engine_id] += 1
+        future.add_done_callback(self.finished.put)
+
+    def _withdrawn(self, engine_id: int, future: concurrent.futures.Future) -> None:
+        """The groups an engine handed back go to the end of the queue."""
+        if engine_id not in self.held or future.exception() is not None:  # it died: its groups went back already
+            return
+        for request in future.result():
+            if self.held[engine_id].pop(request.group_id, None) is not None:
+                self.dispatcher.finished(engine_id, request.num_generations)
+                self.holding -= 1
+                self.pending.append(request)
+
+    def _exchanged(self, engine_id: int, future: concurrent.futures.Future) -> None:
+        """An engine's `exchange` came back with its finished groups, or failed."""
+        import ray
+
+        try:
+            collected = future.result()
+        except ray.exceptions.RayError as error:
+            if isinstance(getattr(error, "cause", None), UserError):
+                raise error.cause from None  # a configuration problem (e.g. a tool), worded for the user
+            if not is_engine_death(error):
+                raise
+            self.died(engine_id, error)
+            return
+        mine = self.held[engine_id]
+        if collected.results:
+            self.watchdog.heard(engine_id)
+        for result in collected.results:
+            self.dispatcher.finished(engine_id, mine.pop(result.group_id).num_generations)
+            self.holding -= 1
+            self.results.append(result)
+            self.freezer.added()
+            if self.on_result is not None:
+                self.on_result(result)
+        if mine and not collected.results and not collected.held and not self.side_calls[engine_id]:
+            raise RuntimeError(f"engine {engine_id} holds none of the {len(mine)} group(s) the driver gave it")
+        self.returned.add(engine_id)
+
+
+def _drain(finished: queue.SimpleQueue, timeout: float) -> list:
+    """Everything in the queue, waiting up to `timeout` for the first item (none: empty list)."""
+    try:
+        items = [finished.get(timeout=timeout)]
+    except queue.Empty:
+        return []
+    while True:
+        try:
+            items.append(finished.get_nowait())
+        except queue.Empty:
+            return items

@@ -1,0 +1,166 @@
+"""`Dispatch` (one `RolloutPool.generate` call) on fake engines, without Ray: every group comes back
+once, queues are taken back at the tail, a dead engine's groups go to the others, a user error from an
+engine is raised as itself, and an engine that loses groups stops the batch."""
+
+import concurrent.futures
+import threading
+
+import pytest
+import ray
+
+from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.groups import GroupRequest, GroupResult
+from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.rollout.dispatch import Dispatch
+from orchestrator.rollout.engine_group import EngineFailedError
+from workers.rollout.group_queue import Collected
+
+
+def _done(value=None, error: BaseException | None = None) -> concurrent.futures.Future:
+    future = concurrent.futures.Future()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+    return future
+
+
+class _Call:
+    def __init__(self, method):
+        self._method = method
+
+    def remote(self, *args):
+        return self
+
+    def future(self):  # the method ran when `remote` was called: `_Method` records and answers
+        return self._method.answer
+
+
+class _Method:
+    def __init__(self, engine, name):
+        self.engine, self.name = engine, name
+
+    def remote(self, batch, *args):
+        self.answer = getattr(self.engine, self.name)(batch, *args)
+        return _Call(self)
+
+
+class FakeEngine:
+    """Generates `per_call` groups at a time: each `exchange` answers after `delay_s` with the groups at
+    the front of its queue, and `withdraw` gives back the others. `fail` makes `exchange` fail instead;
+    `lose` makes it answer with nothing while holding groups."""
+
+    def __init__(self, engine_id: int, per_call: int = 1000, delay_s: float = 0.0, fail=None, lose: bool = False):
+        self.engine_id, self.per_call, self.delay_s, self.fail, self.lose = engine_id, per_call, delay_s, fail, lose
+        self.queued: list[GroupRequest] = []
+        self.seen: list[int] = []  # group ids taken, in order
+        self.withdrawn: list[int] = []  # group ids given back
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name):
+        if name in ("exchange", "submit", "withdraw", "responsive"):
+            return _Method(self, "_" + name)
+        raise AttributeError(name)
+
+    def _exchange(self, batch, requests, linger_s, refill_at):
+        self._submit(batch, requests)
+        if self.fail is not None:
+            return _done(error=self.fail)
+        future = concurrent.futures.Future()
+        threading.Timer(self.delay_s, lambda: future.set_result(self._finish())).start()
+        return future
+
+    def _finish(self) -> Collected:
+        with self._lock:
+            if self.lose:
+                return Collected([], 0)
+            finished, self.queued = self.queued[: self.per_call], self.queued[self.per_call :]
+            return Collected([GroupResult(r.group_id, self.engine_id, 0, []) for r in finished], len(self.queued))
+
+    def _submit(self, batch, requests):
+        with self._lock:
+            self.queued += requests
+            self.seen += [request.group_id for request in requests]
+        return _done()
+
+    def _withdraw(self, batch):
+        with self._lock:  # the front `per_call` groups are generating; the rest wait
+            taken, self.queued = self.queued[self.per_call :], self.queued[: self.per_call]
+            self.withdrawn += [request.group_id for request in taken]
+        return _done(taken)
+
+    def _responsive(self, batch, timeout_s):
+        return _done(True)
+
+
+class FakeEngines:
+    """What `Dispatch` uses of an `EngineGroup`: the serving actors, admission, draining, deaths."""
+
+    def __init__(self, engines: list[FakeEngine], **config):
+        self.config = RolloutConfig(engines=len(engines), **config)
+        self.actors = {engine.engine_id: engine for engine in engines}
+        self.draining: set[int] = set()
+        self.died: dict[int, BaseException] = {}
+
+    def admit_ready(self, block: bool) -> list[int]:
+        return []
+
+    def stop_drained(self, busy: set[int]) -> None:
+        pass
+
+    def engine_died(self, engine_id: int, error: BaseException) -> None:
+        self.died[engine_id] = error
+        del self.actors[engine_id]
+
+
+def _requests(count: int, size: int = 4) -> list[GroupRequest]:
+    return [GroupRequest(group, group, "p", [1], size, SamplingConfig()) for group in range(count)]
+
+
+def test_every_group_comes_back_once_and_each_result_is_handed_on():
+    engines = FakeEngines([FakeEngine(0), FakeEngine(1)], max_inflight_samples=8)
+    handed = []
+    results = Dispatch(engines, _requests(10), batch=0, on_result=handed.append).run()
+    assert sorted(result.group_id for result in results) == list(range(10))
+    assert handed == results
+    assert {result.engine_id for result in results} == {0, 1}  # both engines took groups
+
+
+def test_groups_queued_on_a_slow_engine_at_the_tail_go_to_the_engine_with_room():
+    slow = FakeEngine(0, per_call=1, delay_s=0.2)  # one group at a time, slowly
+    fast = FakeEngine(1)
+    engines = FakeEngines([slow, fast], max_inflight_samples=4, max_queued_samples=12)
+    results = Dispatch(engines, _requests(8), batch=0).run()
+    assert sorted(result.group_id for result in results) == list(range(8))
+    assert slow.withdrawn and set(slow.withdrawn) <= set(fast.seen)  # taken back and generated elsewhere
+    assert {result.group_id for result in results if result.engine_id == 0}.isdisjoint(slow.withdrawn)
+
+
+def test_a_dead_engines_groups_are_generated_once_on_the_others():
+    dead = FakeEngine(0, fail=ray.exceptions.ActorDiedError())
+    alive = FakeEngine(1)
+    engines = FakeEngines([dead, alive], max_inflight_samples=8)
+    results = Dispatch(engines, _requests(6), batch=0).run()
+    assert sorted(result.group_id for result in results) == list(range(6))
+    assert {result.engine_id for result in results} == {1}
+    assert list(engines.died) == [0] and set(dead.seen) <= set(alive.seen)
+
+
+def test_with_no_engine_left_the_batch_fails():
+    engines = FakeEngines([FakeEngine(0, fail=ray.exceptions.ActorDiedError())], max_inflight_samples=8)
+    with pytest.raises(EngineFailedError, match="no rollout engine is left"):
+        Dispatch(engines, _requests(2), batch=0).run()
+
+
+def test_a_user_error_inside_an_engine_is_raised_as_itself():
+    error = ray.exceptions.RayTaskError("exchange", "traceback", UserError("tools: 'lookup' is not callable"))
+    engines = FakeEngines([FakeEngine(0, fail=error)], max_inflight_samples=8)
+    with pytest.raises(UserError, match="tools: 'lookup' is not callable"):
+        Dispatch(engines, _requests(2), batch=0).run()
+
+
+def test_an_engine_that_loses_its_groups_stops_the_batch():
+    engines = FakeEngines([FakeEngine(0, lose=True)], max_inflight_samples=8)
+    with pytest.raises(RuntimeError, match="engine 0 holds none of the 2 group"):
+        Dispatch(engines, _requests(2), batch=0).run()
