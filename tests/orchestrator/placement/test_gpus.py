@@ -74,5 +74,5 @@ def test_a_learner_given_a_gpu_it_cannot_see_refuses_to_train_on_the_cpu(tiny):
     from workers.learner.grpo import GRPOLearner
 
     config = TrainConfig(learner={"num_gpus": 1})
-    with pytest.raises(RuntimeError, match=r"learner.num_gpus is 1 but torch .* sees no GPU here .*NVIDIA driver"):
+    with pytest.raises(UserError, match=r"learner.num_gpus is 1 but torch .* sees no GPU here .*NVIDIA driver"):
         GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
