@@ -112,7 +112,7 @@ class GRPORun:
                 if self._stop.requested:
                     if not saved:  # asked after this step decided not to checkpoint
                         self.save(step)
-                    resume = f"continue with: python -m orchestrator train --resume {self.run_dir.root}"
+                    resume = f"continue with: {self.run_dir.resume_command}"
                     if self._stop.requested == "SIGTERM":
                         raise Terminated(f"terminated (SIGTERM): stopped after step {step}, checkpoint saved; {resume}")
                     print(f"stopped after step {step}; {resume}")

@@ -69,6 +69,11 @@ class RunDir:
             folder.mkdir(parents=True, exist_ok=True)
         (self.root / "config.yaml").write_text(yaml.safe_dump(config_dump, sort_keys=False))
 
+    @property
+    def resume_command(self) -> str:
+        """The command that continues this run from its last complete checkpoint."""
+        return f"python -m orchestrator train --resume {self.root}"
+
     def rollout_file(self, step: int) -> Path:
         return self.rollouts / f"step-{step:06d}.parquet"
 
@@ -142,7 +147,7 @@ class RunDir:
         took = f", and the last checkpoint took {disk_space.size_text(need)}" if need else ""
         saved = self.complete_checkpoints()
         if saved:
-            then = f"then resume from {saved[-1].name} with: python -m orchestrator train --resume {self.root}"
+            then = f"then resume from {saved[-1].name} with: {self.resume_command}"
         else:
             then = "then start the run again with another output_dir (no checkpoint was complete, so there is nothing to resume)"
         return (
@@ -219,10 +224,7 @@ def resume_hint(run_dir: RunDir, saved: tuple[Path, ResumeState] | None) -> str:
             "output_dir (save_steps=N checkpoints every N steps)"
         )
     checkpoint, state = saved
-    return (
-        f"the last complete checkpoint is {checkpoint} (step {state.step}); continue with: "
-        f"python -m orchestrator train --resume {run_dir.root}"
-    )
+    return f"the last complete checkpoint is {checkpoint} (step {state.step}); continue with: {run_dir.resume_command}"
 
 
 def _read_checkpoint(folder: Path) -> tuple[ResumeState | None, str | None]:
