@@ -26,24 +26,19 @@ def _done(value=None, error: BaseException | None = None) -> concurrent.futures.
     return future
 
 
-class _Call:
-    def __init__(self, method):
-        self._method = method
-
-    def remote(self, *args):
-        return self
-
-    def future(self):  # the method ran when `remote` was called: `_Method` records and answers
-        return self._method.answer
-
-
 class _Method:
+    """`actor.method.remote(...).future()`, as Dispatch calls it: the fake runs at `remote` and its
+    future is what `future()` hands back."""
+
     def __init__(self, engine, name):
         self.engine, self.name = engine, name
 
     def remote(self, batch, *args):
         self.answer = getattr(self.engine, self.name)(batch, *args)
-        return _Call(self)
+        return self
+
+    def future(self) -> concurrent.futures.Future:
+        return self.answer
 
 
 class FakeEngine:
