@@ -116,8 +116,6 @@ def check_model(model: str, settings: LoraSettings) -> None:
     import transformers
     from peft import get_peft_model
 
-    from orchestrator.contracts.errors import UserError
-
     config = transformers.AutoConfig.from_pretrained(model)
     with torch.device("meta"):  # the modules' names and types, no memory
         built = transformers.AutoModelForCausalLM.from_config(config)
