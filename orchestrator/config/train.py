@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from orchestrator.contracts import user_functions
 from orchestrator.contracts.learning import GRPOSettings
 from orchestrator.contracts.paths import PATH, SPEC
 from orchestrator.contracts.rollout import RolloutConfig
@@ -47,9 +48,27 @@ class TrainConfig(GRPOSettings):
     # Data and rewards
     prompts: str = Field(
         "builtin:search",
-        description="Prompt file (.jsonl/.parquet or a datasets.save_to_disk folder; a 'prompt' column of strings or of "
-        "{role, content} message lists), 'builtin:search', 'builtin:lookup' or 'builtin:arithmetic'.",
+        description="Training prompts: a .jsonl or .parquet file; a Hugging Face dataset, by its Hub name (e.g. "
+        "trl-lib/DeepMath-103K) or as a local folder that datasets.load_dataset reads (data files such as "
+        "data/train-*.parquet) or that save_to_disk wrote; or 'builtin:search', 'builtin:lookup', 'builtin:arithmetic'. "
+        "A local file or folder of that name wins over a Hub name. The prompt column (prompts_column) holds strings or "
+        "{role, content} message lists; every other column reaches reward functions as a keyword argument.",
         json_schema_extra=PATH,
+    )
+    prompts_split: str = Field(
+        "train",
+        description="The dataset split to train on (TRL's dataset_train_split), for a dataset with splits; a "
+        "slice such as 'train[:1000]' works for a Hub name or a data-file folder. A single file has no splits.",
+    )
+    prompts_subset: str | None = Field(
+        None,
+        description="The dataset's subset, for one that has several (datasets.load_dataset's `name`, TRL's "
+        "dataset_config; e.g. 'main' for openai/gsm8k). Null: its only or default subset.",
+    )
+    prompts_column: str = Field(
+        "prompt",
+        description="The column that holds the prompts. It becomes the 'prompt' column TRL's GRPO expects; the "
+        "other columns reach reward functions under their own names (a column named 'prompt' among them).",
     )
     max_prompt_length: int | None = Field(None, ge=1, description="Longest prompt in tokens; longer prompts are an error.")
     drop_long_prompts: bool = Field(False, description="Skip prompts over max_prompt_length (counted) instead of failing.")
@@ -89,6 +108,15 @@ class TrainConfig(GRPOSettings):
         "current weights every eval_steps and scored with reward_funcs, never trained on. Null: no evaluation.",
         json_schema_extra=PATH,
     )
+    eval_prompts_split: str = Field(
+        "test",
+        description="The split of an eval_prompts dataset (TRL's dataset_test_split). A dataset with a train split "
+        "only can hold out its end: eval_prompts_split: 'train[-500:]' with prompts_split: 'train[:-500]'.",
+    )
+    eval_prompts_subset: str | None = Field(None, description="The subset of an eval_prompts dataset, as prompts_subset.")
+    eval_prompts_column: str = Field(
+        "prompt", description="The column of eval_prompts that holds the prompts, as prompts_column."
+    )
     eval_steps: int = Field(10, ge=1, description="Evaluate after every N training steps, and after the last one.")
     eval_num_generations: int = Field(4, ge=1, description="Samples per eval prompt: the k of eval/pass@k.")
     eval_temperature: float | None = Field(
@@ -98,10 +126,12 @@ class TrainConfig(GRPOSettings):
         "per prompt (eval_num_generations: 1).",
     )
     # Experiment tracking (see training/trackers.py)
-    report_to: list[Literal["tensorboard", "wandb"]] = Field(
+    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
         default_factory=list,
         description="Trackers that get every metrics.jsonl line under the same names: 'tensorboard' (event files in "
-        "the run folder's tensorboard/) and 'wandb' (optional package; WANDB_MODE=offline works without network).",
+        "the run folder's tensorboard/), 'wandb' (optional package; WANDB_MODE=offline works without network) and "
+        "'mlflow' (optional package mlflow-skinny; MLFLOW_TRACKING_URI, or a file store in the run folder's mlruns/; "
+        "MLflow names refuse some characters: eval/pass@4 is eval/pass_4).",
     )
     max_staleness: int = Field(
         0,
@@ -196,6 +226,8 @@ class TrainConfig(GRPOSettings):
         return self
 
     def tool_use(self) -> ToolUse | None:
+        """What the engines need for tool calls, the tools' files included as this process first read
+        them (on the driver: when the run was checked), so every call everywhere runs that copy."""
         if not self.tools:
             return None
         return ToolUse(
@@ -203,6 +235,7 @@ class TrainConfig(GRPOSettings):
             max_turns=self.max_turns,
             max_observation_tokens=self.max_observation_tokens,
             error_observation=self.tool_error_observation,
+            files=user_functions.ship({tool.fn: f"tools[{index}].fn" for index, tool in enumerate(self.tools)}),
         )
 
     def sampling(self) -> SamplingConfig:

@@ -2,7 +2,8 @@
 
 A tool call is the text between a tool's `begin` and `end` tags, e.g. `<search> apple </search>`.
 Generation stops at `end`; the tool's result goes back to the model as observation tokens wrapped in
-`result_begin`/`result_end`, and generation continues. Sent with every group to the engines.
+`result_begin`/`result_end`, and generation continues. Sent with every group to the engines, with
+the driver's copy of the tools' files (contracts/user_functions.py): what the tool host loads.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pydantic import Field, model_validator
 
 from orchestrator.contracts.paths import SPEC
 from orchestrator.contracts.strict import StrictModel
+from orchestrator.contracts.user_functions import UserFile
 
 
 class ToolConfig(StrictModel):
@@ -43,3 +45,4 @@ class ToolUse(StrictModel):
     max_turns: int = Field(ge=1)
     max_observation_tokens: int = Field(ge=1)
     error_observation: str
+    files: dict[str, UserFile] = Field(default_factory=dict)  # the tools' .py files by path, as the driver read them

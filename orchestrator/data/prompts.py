@@ -1,5 +1,8 @@
-"""Read prompts from a `.jsonl` or `.parquet` file, or a `datasets.save_to_disk` folder, with a
-"prompt" column: a string, or a conversation (a list of {role, content} messages; conversations.py).
+"""Read the prompts that `prompts` (or `eval_prompts`) names: a `.jsonl` or `.parquet` file, or a
+Hugging Face dataset (a Hub name, a local dataset folder or a `save_to_disk` folder: hf_datasets.py).
+The prompt column (`prompt` unless `prompts_column` names another) holds a string or a conversation
+(a list of {role, content} messages; conversations.py) per row; the other columns reach reward
+functions as keyword arguments, as with TRL.
 
 Every problem is reported before any engine starts, with the file and line (or row) to fix.
 """
@@ -9,34 +12,38 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator.contracts.errors import UserError
-from orchestrator.data.conversations import check_conversation, is_conversation
+from orchestrator.data.prompt_data import PromptData, PromptFileError, check_prompt, missing_column
 
 
-class PromptFileError(UserError):
-    """A prompt file that cannot be used as is; the message names the file and line."""
-
-
-def read_prompts(path: str | Path, column: str = "prompt") -> list[str]:
-    prompts = [record[column] for record in read_records(path, column)]
+def read_prompts(path: str | Path) -> list[str]:
+    prompts = read_prompt_data(str(path)).prompts
     if any(not isinstance(prompt, str) for prompt in prompts):
         raise PromptFileError(f"{path}: these prompts are conversations; this command takes string prompts")
     return prompts
 
 
-def read_records(path: str | Path, column: str = "prompt") -> list[dict]:
-    """Every row with its checked prompt and any other columns (reward functions receive those as
-    keyword arguments, as with TRL)."""
-    path = Path(path)
-    if path.is_dir():
-        return _read_saved_dataset(path, column)
+def read_prompt_data(
+    source: str, column: str = "prompt", split: str = "train", subset: str | None = None, key: str = "prompts"
+) -> PromptData:
+    """`source`'s prompts (from `column`) and other columns. `split` and `subset` choose within a
+    dataset that has them; `key` is the config key that named the source (errors name it)."""
+    from orchestrator.data import hf_datasets
+
+    path = Path(source)
+    if path.is_dir() or (not path.exists() and hf_datasets.is_dataset_name(source)):
+        return hf_datasets.read(source, column, split, subset, key)
     if not path.is_file():
-        raise PromptFileError(f"prompts file {path} does not exist (expected a .jsonl or .parquet file)")
+        raise PromptFileError(
+            f"prompts file {path} does not exist (expected a .jsonl or .parquet file, a dataset folder, or a dataset "
+            "name on the Hugging Face Hub such as trl-lib/DeepMath-103K)"
+        )
     if path.suffix == ".jsonl":
-        return _read_jsonl(path, column)
+        return PromptData.of_records(_read_jsonl(path, column), column)
     if path.suffix == ".parquet":
-        return _read_parquet(path, column)
-    raise PromptFileError(f"prompts file {path}: unsupported suffix {path.suffix!r} (expected .jsonl or .parquet)")
+        return PromptData.of_table(_read_parquet(path, column, key), column, str(path))
+    raise PromptFileError(
+        f"prompts file {path}: unsupported suffix {path.suffix!r} (expected .jsonl or .parquet, or a dataset folder)"
+    )
 
 
 def _read_jsonl(path: Path, column: str) -> list[dict]:
@@ -58,55 +65,23 @@ def _read_jsonl(path: Path, column: str) -> list[dict]:
                 raise PromptFileError(f"{path}:{number}: invalid JSON ({error.msg})") from None
             if not isinstance(record, dict) or column not in record:
                 raise PromptFileError(f"{path}:{number}: expected an object with a {column!r} field")
-            _check(record[column], f"{path}:{number}")
+            check_prompt(record[column], f"{path}:{number}")
             prompts.append(record)
     if not prompts:
         raise PromptFileError(f"{path}: no prompts found")
     return prompts
 
 
-def _read_parquet(path: Path, column: str) -> list[dict]:
+def _read_parquet(path: Path, column: str, key: str):
+    """The file as an Arrow table (decoded here, so a corrupt page fails now, not in a reward task)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         table = pq.read_table(path)
-        if column not in table.column_names:
-            raise PromptFileError(f"{path}: no {column!r} column (columns: {table.column_names})")
-        prompts = table.to_pylist()
     except (pa.ArrowException, OSError) as error:  # a truncated file fails at its footer, a corrupt page when decoded
         reason = str(error).splitlines()[0].replace(f"Could not open Parquet input source '{path}': ", "")
         raise PromptFileError(f"{path}: not a readable Parquet file ({reason}); expected a complete Parquet file") from None
-    for row, record in enumerate(prompts):
-        _check(record[column], f"{path} row {row}")
-    if not prompts:
-        raise PromptFileError(f"{path}: no prompts found")
-    return prompts
-
-
-def _read_saved_dataset(path: Path, column: str) -> list[dict]:
-    """A folder written by `datasets.Dataset.save_to_disk` (its rows are checked like Parquet's)."""
-    from datasets import load_from_disk
-
-    try:
-        dataset = load_from_disk(str(path))
-    except (FileNotFoundError, ValueError) as error:
-        raise PromptFileError(f"prompts folder {path} is not a saved dataset ({str(error).splitlines()[0]})") from None
-    if column not in dataset.column_names:
-        raise PromptFileError(f"{path}: no {column!r} column (columns: {dataset.column_names})")
-    prompts = dataset.to_list()
-    for row, record in enumerate(prompts):
-        _check(record[column], f"{path} row {row}")
-    if not prompts:
-        raise PromptFileError(f"{path}: no prompts found")
-    return prompts
-
-
-def _check(value, where: str):
-    if is_conversation(value):
-        return check_conversation(value, where)
-    if not isinstance(value, str):
-        raise PromptFileError(f"{where}: prompt must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise PromptFileError(f"{where}: empty prompt")
-    return value
+    if column not in table.column_names:
+        raise missing_column(str(path), column, table.column_names, key)
+    return table

@@ -2,7 +2,8 @@
 
 Referenced as `path/to/file.py:name`, `package.module:name` or `builtin:NAME` (see
 user_functions.py). They run in a Ray task, so a reward that is heavy (a model, a sandbox) runs
-wherever the cluster has room, not in the driver.
+wherever the cluster has room, not in the driver; a task loads the reward files the driver read
+(`user_files`), not its node's copies.
 """
 
 from __future__ import annotations
@@ -10,21 +11,26 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from orchestrator.contracts import builtins, user_functions
 from orchestrator.contracts.errors import UserError
-
-_resolved: dict[str, Callable] = {}  # per worker process: import each reward file once
+from orchestrator.contracts.user_functions import UserFile
 
 
 class RewardError(UserError):
     """A reward function failed or returned something unusable; names the function and sample."""
 
 
-def resolve(spec: str) -> Callable:
-    """Import the function a reward spec names; errors say which spec and why."""
-    return user_functions.resolve(spec, "reward_funcs", builtins.REWARDS)
+def resolve(spec: str, files: Mapping[str, UserFile] | None = None) -> Callable:
+    """Import the function a reward spec names (from `files`, the driver's copies, where they hold its
+    file); errors say which spec and why."""
+    return user_functions.resolve(spec, "reward_funcs", builtins.REWARDS, files)
+
+
+def ship(specs: list[str]) -> dict[str, UserFile]:
+    """The reward files as the driver read them, for `score`'s `user_files`."""
+    return user_functions.ship(dict.fromkeys(specs, "reward_funcs"))
 
 
 def score(
@@ -34,6 +40,7 @@ def score(
     completions,
     completion_ids,
     error_score: float | None = None,
+    user_files: Mapping[str, UserFile] | None = None,
     **kwargs,
 ) -> dict[str, list[float]]:
     """Every reward function on every sample, plus their weighted sum under "reward".
@@ -43,9 +50,10 @@ def score(
     `async def` function is awaited (those of one call run concurrently). A function that raises or
     returns NaN, and a sample that no function scores, stop the run with an error naming the function
     and the sample, unless `error_score` is set: then that sample scores `error_score` and is counted
-    under "reward_errors"."""
+    under "reward_errors". `user_files`: the reward files as the driver read them (`ship`), loaded
+    instead of this node's copies."""
     weights = weights or [1.0] * len(specs)
-    fns = {spec: _resolved.get(spec) or _resolved.setdefault(spec, resolve(spec)) for spec in specs}
+    fns = {spec: resolve(spec, user_files) for spec in specs}  # each file's module is loaded once per process
     args = {"prompts": prompts, "completions": completions, "completion_ids": completion_ids, **kwargs}
     returned = _call_all(fns, args)
     scores, errors = {}, 0

@@ -7,8 +7,10 @@
 
 Each reward task gets TRL's arguments for its groups (prompts, completions, completion_ids), our
 per-sample fields (group_id, sample_index, finish_reason, stop_reason), and the prompt file's other
-columns by name, built straight from the results: no table per task. `train` and `simulate` both
-score through these classes, so the simulation measures exactly what a training step does.
+columns by name, built straight from the results: no table per task. It also gets the reward files
+as the driver read them before the run started (`user_files`), so a task on any node runs that code,
+whatever the node's disk holds. `train` and `simulate` both score through these classes, so the
+simulation measures exactly what a training step does.
 
 Groups are scored while the others still generate, several groups per reward task. A reward task per
 group would start scoring the moment a group is back, but each Ray task costs milliseconds of
@@ -30,7 +32,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from orchestrator.contracts.errors import UserError
@@ -46,6 +48,7 @@ RESERVED_REWARD_KWARGS = {
     "sample_index",
     "finish_reason",
     "stop_reason",
+    "user_files",
 }
 
 
@@ -55,18 +58,22 @@ class RewardScorer:
         reward_funcs: list[str],
         reward_weights: list[float] | None,
         error_score: float | None,
-        columns: list[dict] | None = None,
+        columns: Sequence[dict] | None = None,
         batch_samples: int = 1,
         conversations: list[list[dict]] | None = None,
         timeout_s: float | None = None,
     ):
-        """`columns[i]`: prompt i's other dataset columns (reward functions get them as kwargs);
+        """`columns[i]`: prompt i's other dataset columns (reward functions get them as kwargs; a
+        dataset's stay in Arrow until a task reads its rows: data/prompt_data.py's ArrowRows);
         `batch_samples`: samples per reward task while generation runs (see above);
         `conversations[i]`: prompt i's messages when the prompts are conversations: reward functions
         then get TRL's conversational shapes (the message lists, and each completion as
         `[{"role": "assistant", "content": ...}]`) instead of the rendered texts;
         `timeout_s`: each reward task's deadline (`reward_timeout_s`; None: none)."""
+        from orchestrator.rewards.functions import ship
+
         self.reward_funcs = reward_funcs
+        self.files = ship(reward_funcs)  # the reward files as the driver read them: each task loads these
         self.conversations = conversations
         self.batch_samples = batch_samples
         self.reward_weights = reward_weights
@@ -117,7 +124,9 @@ class RewardScorer:
                 fields["stop_reason"].append(sample.stop_reason)
                 for key in self.dataset_keys:
                     fields[key].append(row.get(key))
-        return self._task.remote(self.reward_funcs, self.reward_weights, error_score=self.error_score, **fields)
+        return self._task.remote(
+            self.reward_funcs, self.reward_weights, error_score=self.error_score, user_files=self.files, **fields
+        )
 
     def timed_out(self, group_ids: list[int], rows: int) -> dict:
         """The scores of a task cancelled past its deadline: like a reward function that raises, an

@@ -1,7 +1,7 @@
 """Evaluation on held-out prompts: every `eval_steps` the pool generates on them with the current
 weights, and the reward functions score the samples. Nothing here is trained on.
 
-    eval_prompts: builtin:arithmetic_eval   # or a file/folder in the same formats as `prompts`
+    eval_prompts: builtin:arithmetic_eval   # or a file, folder or dataset name, as `prompts` takes
     eval_steps: 5                           # after steps 5, 10, ... and after the last step
     eval_num_generations: 4                 # the k of eval/pass@k
     eval_temperature: 1.0                   # 0 is greedy (then eval_num_generations: 1); null: as training
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,7 @@ class EvalSet:
 
     source: str  # what eval_prompts named
     prompts: list[str]  # the text the engines continue
-    columns: list[dict]  # each prompt's other dataset columns (reward kwargs)
+    columns: Sequence[dict]  # each prompt's other dataset columns (reward kwargs; data/prompt_data.py)
     conversations: list[list[dict]] | None  # the messages, when the prompts were conversations
     prompt_ids: list[list[int]]  # each prompt's ids with the canonical tokenizer, computed once
 
@@ -73,6 +74,7 @@ class Evaluation:
         base = EVAL_GROUP_BASE + self.rounds * len(self.set.prompts)
         # An engine seeds group g with sampling.seed + g; this makes it seed + offset + i.
         sampling = self.sampling.model_copy(update={"seed": self.config.seed + EVAL_SEED_OFFSET - base})
+        tools = self.config.tool_use()  # one object: the tools' files travel once per batch of requests
         return [
             GroupRequest(
                 group_id=base + index,
@@ -81,7 +83,7 @@ class Evaluation:
                 prompt_ids=ids,
                 num_generations=self.config.eval_num_generations,
                 sampling=sampling,
-                tools=self.config.tool_use(),
+                tools=tools,
             )
             for index, (prompt, ids) in enumerate(zip(self.set.prompts, self.set.prompt_ids))
         ]

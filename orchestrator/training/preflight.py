@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.errors import UserError
+from orchestrator.data.prompt_data import PromptData, select
+from orchestrator.data.prompts import read_prompt_data
 from orchestrator.rollout.samples import Ragged
 from orchestrator.training.evaluation import EvalSet
 from orchestrator.training.requests import tokenize_prompts
@@ -22,7 +25,7 @@ class Checked:
     tokenizer: str
     canonical: object  # the canonical tokenizer, built once: added tokens, chat template, pad fallback
     prompts: list[str]
-    columns: list[dict]  # each prompt's other dataset columns (reward functions get them as kwargs)
+    columns: Sequence[dict]  # each prompt's other dataset columns (reward functions get them as kwargs; data/prompt_data.py)
     prompt_ids: Ragged  # each prompt's ids with the canonical tokenizer: what the engines receive
     dropped_prompts: int
     longest_prompt: int  # tokens
@@ -40,8 +43,8 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
     from orchestrator.training.trackers import check_available
     from workers.learner.model_setup import load_tokenizer
 
-    records = _read_records(config)
-    for spec in config.reward_funcs:
+    data = _read(config.prompts, "prompts", config.prompts_split, config.prompts_subset, config.prompts_column)
+    for spec in config.reward_funcs:  # reads each user file: the copy every process gets (contracts/user_functions.py)
         resolve(spec)
     _check_tools(config)
     check_available(config.report_to)
@@ -54,14 +57,18 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
 
         check_model(model, config.lora)
     check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
+    records = [{"prompt": prompt} for prompt in data.prompts]
     records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.prompts)
     prompt_ids = tokenize_prompts([record["prompt"] for record in records], tokenizer, chat)
-    records, prompt_ids, dropped = _check_prompt_lengths(records, prompt_ids, config)
+    kept = _check_prompt_lengths(prompt_ids, config)
+    dropped = len(records) - len(kept)
+    if dropped:
+        records, prompt_ids = [records[i] for i in kept], [prompt_ids[i] for i in kept]
     lengths = [len(ids) for ids in prompt_ids]
     check_prompt_fits(lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), config.prompts)
     conversations = split_messages(records, chat)
     prompts = [record["prompt"] for record in records]
-    columns = [{key: value for key, value in record.items() if key != "prompt"} for record in records]
+    columns = select(data.columns, kept) if dropped else data.columns
     eval_set = _eval_set(config, tokenizer, tokenizer_name, model)
     longest = max(lengths + [len(ids) for ids in (eval_set.prompt_ids if eval_set else [])])
     ids = Ragged.of(prompt_ids, np.int32)
@@ -75,7 +82,10 @@ def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str) -
 
     if config.eval_prompts is None:
         return None
-    records = _records_from(config.eval_prompts, "eval_prompts")
+    data = _read(
+        config.eval_prompts, "eval_prompts", config.eval_prompts_split, config.eval_prompts_subset, config.eval_prompts_column
+    )
+    records = [{"prompt": prompt} for prompt in data.prompts]
     records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.eval_prompts)
     prompt_ids = tokenize_prompts([record["prompt"] for record in records], tokenizer, chat)
     lengths = [len(ids) for ids in prompt_ids]
@@ -83,8 +93,7 @@ def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str) -
         lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), config.eval_prompts
     )
     conversations = split_messages(records, chat)
-    columns = [{key: value for key, value in record.items() if key != "prompt"} for record in records]
-    return EvalSet(config.eval_prompts, [record["prompt"] for record in records], columns, conversations, prompt_ids)
+    return EvalSet(config.eval_prompts, [record["prompt"] for record in records], data.columns, conversations, prompt_ids)
 
 
 def _check_tools(config: TrainConfig) -> None:
@@ -99,19 +108,14 @@ def _check_tools(config: TrainConfig) -> None:
         )
 
 
-def _read_records(config: TrainConfig) -> list[dict]:
-    return _records_from(config.prompts)
-
-
-def _records_from(source: str, key: str = "prompts") -> list[dict]:
-    """Records of a prompts (or eval_prompts) value: a built-in set, a file or a dataset folder."""
+def _read(source: str, key: str, split: str, subset: str | None, column: str) -> PromptData:
+    """The prompts (and other columns) of a `prompts` or `eval_prompts` value: a built-in set, a file,
+    or a dataset (a Hub name or a local dataset folder; data/hf_datasets.py)."""
     if source.startswith("builtin:"):
         from orchestrator.contracts import builtins, user_functions
 
-        return user_functions.resolve(source, key, builtins.PROMPTS)()
-    from orchestrator.data.prompts import read_records
-
-    return read_records(source)
+        return PromptData.of_records(user_functions.resolve(source, key, builtins.PROMPTS)())
+    return read_prompt_data(source, column, split, subset, key)
 
 
 def _check_embedding_size(model: str, tokenizer, resized: bool) -> None:
@@ -126,16 +130,15 @@ def _check_embedding_size(model: str, tokenizer, resized: bool) -> None:
         )
 
 
-def _check_prompt_lengths(
-    records: list[dict], prompt_ids: list[list[int]], config: TrainConfig
-) -> tuple[list[dict], list[list[int]], int]:
+def _check_prompt_lengths(prompt_ids: list[list[int]], config: TrainConfig) -> list[int]:
+    """The prompts to train on, by index: those within max_prompt_length (drop_long_prompts), or all."""
     limit = config.max_prompt_length
     if limit is None:
-        return records, prompt_ids, 0
+        return list(range(len(prompt_ids)))
     kept = []
-    for index, (record, ids) in enumerate(zip(records, prompt_ids)):
+    for index, ids in enumerate(prompt_ids):
         if len(ids) <= limit:
-            kept.append((record, ids))
+            kept.append(index)
         elif not config.drop_long_prompts:
             raise UserError(
                 f"prompt {index} ({config.prompts}) has {len(ids)} tokens, more than max_prompt_length={limit} "
@@ -143,4 +146,4 @@ def _check_prompt_lengths(
             )
     if not kept:
         raise UserError(f"every prompt is longer than max_prompt_length={limit}")
-    return [r for r, _ in kept], [ids for _, ids in kept], len(records) - len(kept)
+    return kept

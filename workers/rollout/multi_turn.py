@@ -39,8 +39,8 @@ class Turn:
 
 
 GenerateTurn = Callable[[list[int], int, int], Awaitable[Turn]]  # (context ids, max tokens, turn) -> Turn
-# -> (result, "ok", latency) or (why it failed, "error" | "timeout", latency)
-CallTool = Callable[[ToolConfig, str, dict], Awaitable[tuple[str, str, float]]]
+# (use, tool, call text, context) -> (result, "ok", latency) or (why it failed, "error" | "timeout", latency)
+CallTool = Callable[[ToolUse, ToolConfig, str, dict], Awaitable[tuple[str, str, float]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +88,9 @@ async def run_sample(
         call_text = _call_text(turn.text, tool)
         if call_text is None or len(ids) >= budget:  # not a call, or no room left for its result
             break
-        result, status, latency = await call_tool(tool, call_text, {**context, "sample_index": sample_index, "turn": turns - 1})
+        result, status, latency = await call_tool(
+            use, tool, call_text, {**context, "sample_index": sample_index, "turn": turns - 1}
+        )
         if status != "ok":
             result = use.error_observation.replace("{error}", result)
         observation, seen = _observation(tool, result, use.max_observation_tokens, budget - len(ids), vocabulary)

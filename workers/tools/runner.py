@@ -10,7 +10,9 @@ than a string, or misses its `timeout_s` gives the model the configured error ob
 the run's metrics, and the run goes on. A call past its deadline is cancelled; a plain function
 cannot be interrupted, so its thread finishes in the background, and once `CALL_THREADS` calls
 were abandoned the host is replaced. A host that dies (a tool that crashes its process) is
-restarted by Ray. A tool that cannot be imported on the host's node stops the run with the error.
+restarted by Ray. Each call carries the tools' files as the driver read them (`ToolUse.files`, a few
+kilobytes), so the host runs that code whatever its node's disk holds, a host restarted by Ray
+included. A tool that cannot be imported on the host's node stops the run with the error.
 """
 
 from __future__ import annotations
@@ -19,21 +21,20 @@ import asyncio
 import concurrent.futures
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from orchestrator.contracts import builtins, user_functions
 from orchestrator.contracts.errors import UserError
-from orchestrator.contracts.tools import ToolConfig
+from orchestrator.contracts.tools import ToolConfig, ToolUse
+from orchestrator.contracts.user_functions import UserFile
 
 CALL_THREADS = 64  # concurrent plain-function calls per host
 HOST_START_S = 120.0  # deadline for a tool host to come up
 
 
-_resolved: dict[str, Callable] = {}  # per worker process: import each tool file once
-
-
-def resolve(spec: str, key: str = "tools.fn") -> Callable:
-    return user_functions.resolve(spec, key, builtins.TOOLS)
+def resolve(spec: str, key: str = "tools.fn", files: Mapping[str, UserFile] | None = None) -> Callable:
+    """The tool function `spec` names, from `files` (the driver's copies) where they hold its file."""
+    return user_functions.resolve(spec, key, builtins.TOOLS, files)
 
 
 class ToolHost:
@@ -42,15 +43,18 @@ class ToolHost:
     def __init__(self):
         self._threads = concurrent.futures.ThreadPoolExecutor(CALL_THREADS, thread_name_prefix="tool")
 
-    async def call(self, spec: str, call_text: str, context: dict):
-        fn = _resolved.get(spec) or _resolved.setdefault(spec, resolve(spec))
+    async def call(self, spec: str, key: str, files: dict[str, UserFile], call_text: str, context: dict):
+        """`spec`'s function (its file loaded once per process, from `files`) on the call; `key` names
+        the tool in errors (`tools[0].fn`)."""
+        fn = resolve(spec, key, files)
         if inspect.iscoroutinefunction(fn):
             return await fn(call_text, **context)
         return await asyncio.get_running_loop().run_in_executor(self._threads, lambda: fn(call_text, **context))
 
 
 class RayToolRunner:
-    """`await runner(tool, call_text, context)`: one call on this engine's tool host."""
+    """`await runner(use, tool, call_text, context)`: one call of `use.tools`' `tool` on this engine's
+    tool host."""
 
     def __init__(self, node_id: str | None = None):
         self._node_id = node_id
@@ -80,7 +84,7 @@ class RayToolRunner:
             raise
         return self._host
 
-    async def __call__(self, tool: ToolConfig, call_text: str, context: dict) -> tuple[str, str, float]:
+    async def __call__(self, use: ToolUse, tool: ToolConfig, call_text: str, context: dict) -> tuple[str, str, float]:
         """(result, "ok", latency) or (reason, "error" | "timeout", latency); never raises for a tool's
         failure (the multi-turn loop turns a reason into the error observation). A tool that cannot
         be imported where it runs is a configuration error and stops the run."""
@@ -91,7 +95,7 @@ class RayToolRunner:
         except (TimeoutError, ray.exceptions.RayError) as error:
             return f"the tool host did not start within {HOST_START_S}s: {type(error).__name__}", "error", 0.0
         start = time.perf_counter()
-        ref = host.call.remote(tool.fn, call_text, context)
+        ref = host.call.remote(tool.fn, f"tools[{use.tools.index(tool)}].fn", use.files, call_text, context)
         try:
             result = await asyncio.wait_for(asyncio.wrap_future(ref.future()), tool.timeout_s)
         except TimeoutError:

@@ -15,7 +15,7 @@ from orchestrator.data.conversations import (
     split_messages,
     with_system_prompt,
 )
-from orchestrator.data.prompts import read_records
+from orchestrator.data.prompts import read_prompt_data
 from orchestrator.training.requests import tokenize_prompts
 
 SINGLE = [{"role": "user", "content": "What is 3 + 4?"}]
@@ -86,7 +86,7 @@ def test_bad_conversations_name_file_and_line(tmp_path, prompt, message):
     path = tmp_path / "p.jsonl"
     path.write_text(json.dumps({"prompt": SINGLE}) + "\n" + json.dumps({"prompt": prompt}) + "\n")
     with pytest.raises(UserError) as caught:
-        read_records(path)
+        read_prompt_data(str(path))
     assert str(caught.value).startswith(f"{path}:2: {message}") and "\n" not in str(caught.value)
 
 
@@ -99,11 +99,11 @@ def test_parquet_and_saved_dataset_folders(tmp_path):
     pq.write_table(pa.table(rows), tmp_path / "p.parquet")
     Dataset.from_dict(rows).save_to_disk(str(tmp_path / "saved"))
     for source in (tmp_path / "p.parquet", tmp_path / "saved"):
-        records = read_records(source)
-        assert [r["prompt"] for r in records] == [SINGLE, MULTI] and records[1]["answer"] == "7"
+        data = read_prompt_data(str(source))
+        assert data.prompts == [SINGLE, MULTI] and list(data.columns) == [{"answer": "7"}, {"answer": "7"}]
     Dataset.from_dict({"prompt": [SINGLE, [{"role": "robot", "content": "x"}]]}).save_to_disk(str(tmp_path / "bad"))
     with pytest.raises(UserError, match=r"bad row 1: message 0 has unknown role 'robot'"):
-        read_records(tmp_path / "bad")
+        read_prompt_data(str(tmp_path / "bad"))
 
 
 def test_a_parquet_message_without_content_names_the_row(tmp_path):
@@ -112,7 +112,7 @@ def test_a_parquet_message_without_content_names_the_row(tmp_path):
 
     pq.write_table(pa.table({"prompt": [SINGLE, [{"role": "user"}]]}), tmp_path / "p.parquet")
     with pytest.raises(UserError, match=r"p.parquet row 1: message 0 has no 'content'"):
-        read_records(tmp_path / "p.parquet")
+        read_prompt_data(str(tmp_path / "p.parquet"))
 
 
 def test_generate_takes_string_prompts_only(tmp_path):

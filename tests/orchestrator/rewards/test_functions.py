@@ -1,7 +1,7 @@
 import pytest
 
 from orchestrator.contracts.errors import UserError
-from orchestrator.rewards.functions import RewardError, resolve, score
+from orchestrator.rewards.functions import RewardError, resolve, score, ship
 
 
 def test_file_module_and_builtin_specs(tmp_path):
@@ -75,3 +75,12 @@ def test_a_reward_error_in_the_ray_task_reaches_the_user_as_itself(ray_session, 
     ref = ray.remote(score).options(num_cpus=0).remote([f"{reward_file}:boom"], None, ["p"], ["c"], [[1]])
     with pytest.raises(RewardError, match="raised ValueError: no score for you on sample 0"):
         unwrap(ref)
+
+
+def test_a_reward_task_runs_the_drivers_copy_of_the_reward_file(tmp_path):
+    reward_file = tmp_path / "shipped_reward.py"
+    reward_file.write_text("def length(prompts, completions, **kw):\n    return [len(c) for c in completions]\n")
+    files = ship([f"{reward_file}:length"])
+    reward_file.unlink()  # a node that never had the file
+    scores = score([f"{reward_file}:length"], None, ["p", "q"], ["ab", "abcd"], [[1], [2]], user_files=files)
+    assert scores["reward"] == [2.0, 4.0]

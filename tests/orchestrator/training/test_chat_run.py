@@ -1,15 +1,18 @@
 """`train` on the chat demo end to end (real Ray, vLLM, TRL): conversational prompts rendered with
-the chat template, held-out evaluation, TensorBoard events.
+the chat template, held-out evaluation, TensorBoard and MLflow.
 
-The prompt file is the demo's training set written as .jsonl, with one conversation repeated, so
-duplicate conversations must stay separate groups.
+The prompts are the demo's training set written as a dataset folder that `datasets.load_dataset`
+reads (data/train-*.parquet), its conversations in a column named `messages` (`prompts_column`),
+with one conversation repeated, so duplicate conversations must stay separate groups.
 """
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -27,22 +30,29 @@ def run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("chat")
     records = arithmetic_task.records()
     records += [records[0]] * 3  # the same conversation four times
-    prompts = folder / "train.jsonl"
-    prompts.write_text("".join(json.dumps(record) + "\n" for record in records))
+    rows = [{"messages": r["prompt"], **{k: v for k, v in r.items() if k != "prompt"}} for r in records]
+    (folder / "arithmetic" / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), folder / "arithmetic" / "data" / "train-00000-of-00001.parquet")
     config = yaml.safe_load(SHIPPED.read_text())
     config.update(
-        prompts=str(prompts),
+        prompts="arithmetic",  # relative to the config file's folder
+        prompts_column="messages",
         max_steps=STEPS,
         eval_steps=EVAL_STEPS,
+        report_to=["tensorboard", "mlflow"],
         output_dir=str(folder / "run"),
     )
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(folder / "hf-cache")}
+    environment.pop("MLFLOW_TRACKING_URI", None)  # the run folder's own store
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator", "train", "--config", str(folder / "config.yaml")],
         capture_output=True,
         text=True,
         timeout=900,
         check=False,
+        env=environment,
+        cwd=tmp_path_factory.mktemp("elsewhere"),  # neither the config's folder nor the repository
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return folder / "run", records, config["num_generations"]
@@ -74,6 +84,20 @@ def test_tensorboard_events_carry_the_same_metrics(run):
         (m["step"], round(m["reward_mean"], 5)) for m in steps
     ]
     assert [e.step for e in events.Scalars("eval/reward_mean")] == [m["step"] for m in steps if "eval/reward_mean" in m]
+
+
+def test_mlflow_holds_every_steps_metrics_and_the_config(run):
+    from mlflow.tracking import MlflowClient
+
+    out, *_ = run
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # the run's file store, read back here
+    client = MlflowClient(tracking_uri=(out / "mlruns").as_uri())
+    [mlflow_run] = client.search_runs([client.get_experiment_by_name("grpo-orchestrator").experiment_id])
+    steps = metrics(out)
+    history = client.get_metric_history(mlflow_run.info.run_id, "reward_mean")
+    assert [(m.step, round(m.value, 6)) for m in history] == [(m["step"], round(m["reward_mean"], 6)) for m in steps]
+    assert [m.step for m in client.get_metric_history(mlflow_run.info.run_id, "time/learner_step")] == [m["step"] for m in steps]
+    assert mlflow_run.data.params["prompts_column"] == "messages" and mlflow_run.info.run_name == out.name
 
 
 def test_rendered_prompt_ids_reach_the_engines_unchanged(run):

@@ -55,3 +55,86 @@ def test_steps_that_run_again_show_once_in_tensorboard_with_their_new_values(tmp
     events = EventAccumulator(str(tmp_path / TENSORBOARD_DIR))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("reward_mean")] == [(1, 1), (2, 2), (3, 30), (4, 40)]
+
+
+@pytest.fixture
+def mlflow_env(monkeypatch):
+    """No MLflow settings from the machine; MLFLOW_ALLOW_FILE_STORE, which the tracker sets, is restored after."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "")
+
+
+def test_mlflow_keeps_every_step_and_the_config_in_the_run_folder(tmp_path, mlflow_env):
+    """A learner restart from the step-2 checkpoint: step 3 has both values, the redone one last, and
+    `rewind` marks where the run went back to."""
+    from mlflow.tracking import MlflowClient
+
+    config = {
+        "learning_rate": 5e-4,
+        "rollout": {"engines": 2},
+        "stop": ["</a>"],
+        "eval_temperature": None,
+        "chat_template": "x" * 7000,
+    }
+    trackers = make_trackers(["mlflow"], tmp_path, config)
+    for step in (1, 2, 3):
+        trackers.log({"step": step, "reward_mean": step, "eval/pass@4": 0.5, "weight_sync/checksum": "ab12"})
+    trackers.rewind(2)
+    trackers.log({"step": 3, "reward_mean": 30, "eval/pass@4": 0.75})
+    trackers.close()
+
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    [run] = client.search_runs([client.get_experiment_by_name("grpo-orchestrator").experiment_id])
+    assert (run.info.run_name, run.info.status) == (tmp_path.name, "FINISHED")
+    assert set(run.data.metrics) == {"reward_mean", "eval/pass_4", "rewind"}  # strings are left out
+
+    def history(name):
+        return [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, name)]
+
+    assert history("reward_mean") == [(1, 1), (2, 2), (3, 3), (3, 30)]
+    assert history("eval/pass_4") == [(1, 0.5), (2, 0.5), (3, 0.5), (3, 0.75)]
+    assert history("rewind") == [(2, 2)]
+    params = run.data.params
+    assert {key: params[key] for key in ("learning_rate", "rollout.engines", "stop", "eval_temperature")} == {
+        "learning_rate": "0.0005",
+        "rollout.engines": "2",
+        "stop": '["</a>"]',
+        "eval_temperature": "null",
+    }
+    assert params["chat_template"] == "x" * 6000  # MLflow's longest parameter value
+
+
+def test_mlflow_takes_its_store_and_experiment_from_the_environment(tmp_path, mlflow_env, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    store = (tmp_path / "shared-store").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # a file store the user chose: MLflow's own opt-in
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "sweep")
+    trackers = make_trackers(["mlflow"], tmp_path / "run-a", {})
+    trackers.log({"step": 1, "reward_mean": 0.5})
+    trackers.close()
+    client = MlflowClient(tracking_uri=store)
+    [run] = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
+    assert (run.info.run_name, run.data.metrics) == ("run-a", {"reward_mean": 0.5})
+    assert not (tmp_path / "run-a" / "mlruns").exists()
+
+
+def test_report_to_mlflow_is_accepted_and_a_missing_package_names_the_pip_command(tmp_path, monkeypatch):
+    import importlib.util
+
+    from orchestrator.config.loading import load_config
+    from orchestrator.config.train import TrainConfig
+
+    path = tmp_path / "run.yaml"
+    path.write_text("report_to: [tensorboard, mlflow]\n")
+    assert load_config(TrainConfig, path, []).report_to == ["tensorboard", "mlflow"]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    with pytest.raises(UserError) as error:
+        check_available(["tensorboard", "mlflow"])
+    assert str(error.value) == (
+        "report_to: 'mlflow' needs the mlflow package, which is not installed "
+        "(pip install mlflow-skinny, or remove it from report_to)"
+    )

@@ -51,7 +51,7 @@ class ScriptedModel:
 def tool_answering(result: str, status: str = "ok"):
     calls = []
 
-    async def call(tool, call_text, context):
+    async def call(use, tool, call_text, context):
         calls.append((tool.name, call_text, context))
         return result, status, 0.01
 
