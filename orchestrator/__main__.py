@@ -1,4 +1,4 @@
-"""Command line: `python -m orchestrator {generate,train,report,scale,bench,simulate} ...`.
+"""Command line: `python -m orchestrator {generate,train,report,scale,export,bench,simulate,config} ...`.
 
 Only argparse is imported here, so `--help` and usage errors answer at once; each command imports
 Ray, vLLM and torch when it runs.
@@ -52,6 +52,8 @@ def _train_parser(commands) -> None:
         description="Run GRPO. With no --config, the embedded default: the built-in tiny model learns to make "
         "one well-formed <search> call and stop. Overrides are key=value or --key value (values parsed "
         "as YAML, dotted keys for sections), e.g. max_steps=5 rollout.engines=2 --learning_rate 1e-3.",
+        epilog="Every config key with its type, default and meaning: python -m orchestrator config (also "
+        "docs/reference/config.md); every default as YAML: python -m orchestrator config --defaults.",
     )
     p.add_argument("--config", help="YAML run config (default: the embedded default)")
     p.add_argument("--resume", metavar="OUTPUT_DIR", help="continue a run from its last checkpoint (overrides still apply)")
@@ -159,11 +161,34 @@ def _simulate_parser(commands) -> None:
     p.add_argument("--out", default="simulate.json", help="JSON results (default: %(default)s)")
 
 
+def _config_parser(commands) -> None:
+    p = commands.add_parser(
+        "config",
+        help="the config and CLI references, generated from the code",
+        description="Print every train config key (section, type, default, description, TRL's name) as Markdown. "
+        "The same text is docs/reference/config.md.",
+    )
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--defaults", action="store_true", help="print every key with its default as YAML instead")
+    what.add_argument("--cli", action="store_true", help="print every command's --help as Markdown instead")
+    what.add_argument(
+        "--write", metavar="DIR", help="write config.md, defaults.yaml and cli.md into DIR (docs/reference in this repository)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
+    return build_parsers()[0]
+
+
+def build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser, and each command's by name (for the CLI reference, cli_reference.py)."""
     parser = argparse.ArgumentParser(
         prog="python -m orchestrator",
         description="Ray-distributed GRPO: a pool of vLLM rollout engines and a TRL learner.",
     )
+    level = parser.add_mutually_exclusive_group()
+    level.add_argument("-q", "--quiet", action="store_true", help="print warnings and errors only (no step lines)")
+    level.add_argument("-v", "--verbose", action="store_true", help="print debug lines too")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _generate_parser(commands)
     _train_parser(commands)
@@ -172,13 +197,14 @@ def build_parser() -> argparse.ArgumentParser:
     _export_parser(commands)
     _bench_parser(commands)
     _simulate_parser(commands)
-    return parser
+    _config_parser(commands)
+    return parser, dict(commands.choices)
 
 
-def _train_overrides(tokens: list[str]) -> list[str]:
+def _train_overrides(argv: list[str]) -> list[str]:
     """Everything after `train` except --config and --resume, in the order given."""
     overrides, skip = [], False
-    for token in tokens:
+    for token in argv[argv.index("train") + 1 :]:
         if skip:
             skip = False
         elif token in ("--config", "--resume"):
@@ -195,25 +221,28 @@ def main(argv: list[str] | None = None) -> int:
     if unknown and args.command != "train":
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "train":
-        args.overrides = _train_overrides(argv[1:])
+        args.overrides = _train_overrides(argv)
     import importlib
+    import logging
 
     from orchestrator.contracts.errors import RunError, Terminated, UserError
+    from orchestrator.log import log, setup
 
+    setup(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO)
     try:
         module = importlib.import_module(f"orchestrator.commands.{args.command}")  # heavy imports start here
         return getattr(module, f"run_{args.command}")(args)
     except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
+        log.error(error)
         return 2
     except Terminated as error:
-        print(f"error: {error}", file=sys.stderr)
+        log.error(error)
         return 143
     except RunError as error:
-        print(f"error: {error}", file=sys.stderr)
+        log.error(error)
         return 1
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        log.error("interrupted")
         return 130
 
 

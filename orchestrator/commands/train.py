@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from orchestrator.log import log
+
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "builtin" / "default_train.yaml"
 
 
@@ -35,12 +37,12 @@ def run_train(args: argparse.Namespace) -> int:
         if config.lora is None:  # a LoRA checkpoint holds the adapter: the base model stays the run's
             model = str(checkpoint)
         run_dir.forget_after(resume.step)
-        print(f"resuming {run_dir.root} from {checkpoint.name} (step {resume.step})", flush=True)
+        log.info(f"resuming {run_dir.root} from {checkpoint.name} (step {resume.step})")
     else:
         run_dir.prepare({**config.model_dump(mode="json"), "model": checked.model, "tokenizer": checked.tokenizer})
-        print(f"run folder: {run_dir.root}", flush=True)
+        log.info(f"run folder: {run_dir.root}")
     if checked.dropped_prompts:
-        print(f"dropped {checked.dropped_prompts} prompt(s) longer than max_prompt_length={config.max_prompt_length}")
+        log.warning(f"dropped {checked.dropped_prompts} prompt(s) longer than max_prompt_length={config.max_prompt_length}")
 
     from orchestrator.launch import start_training
     from orchestrator.training.loop import GRPORun
@@ -70,7 +72,7 @@ def run_train(args: argparse.Namespace) -> int:
     finally:
         components.shutdown()
     first, last = metrics[0], metrics[-1]
-    print(
+    log.info(
         f"done: {len(metrics)} steps, reward {first['reward_mean']:.3f} (step 1) -> {last['reward_mean']:.3f} "
         f"(step {last['step']}); metrics, rollouts, plots and checkpoints in {run_dir.root}"
     )

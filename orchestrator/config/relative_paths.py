@@ -30,7 +30,7 @@ def from_config_folder(data: dict, model: type[BaseModel], folder: Path) -> dict
             out[name] = (
                 [_resolve(item, kind, folder) for item in value] if isinstance(value, list) else _resolve(value, kind, folder)
             )
-        elif (section := _section(field.annotation)) is not None:
+        elif (section := section_model(field.annotation)) is not None:
             if isinstance(value, dict):
                 out[name] = from_config_folder(value, section, folder)
             elif isinstance(value, list):
@@ -38,12 +38,12 @@ def from_config_folder(data: dict, model: type[BaseModel], folder: Path) -> dict
     return out
 
 
-def _section(annotation) -> type[BaseModel] | None:
+def section_model(annotation) -> type[BaseModel] | None:
     """The config model a field holds: itself, in a list, or optional."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for argument in typing.get_args(annotation):
-        if (section := _section(argument)) is not None:
+        if (section := section_model(argument)) is not None:
             return section
     return None
 
