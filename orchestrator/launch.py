@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.learner.group import LearnerGroup
 from orchestrator.learner.weights import PolicyWeights
-from orchestrator.rollout.engine_group import EngineGroup
+from orchestrator.log import log
+from orchestrator.rollout.engine_group import EngineGroup, one_cpu_node
 from orchestrator.rollout.launcher import EngineLauncher
 from orchestrator.rollout.pool import RolloutPool
 
@@ -51,11 +53,14 @@ def start_pool(
     launcher: EngineLauncher | None = None,
     sized_for: tuple[dict, int, int] | None = None,
     on_engine_ready=None,
+    learner_cores: int = 0,
 ) -> RolloutPool:
     """A started pool. `sized_for` = (model config.json, samples in flight, tokens per sample) sizes
     each engine's context and, on CPU, its KV cache (`EngineGroup.size_for`); `on_engine_ready(engine_id,
-    actor)` runs before an engine serves."""
-    engines = EngineGroup(cluster, model, tokenizer, config, seed=seed, engine_files=engine_files, launcher=launcher)
+    actor)` runs before an engine serves; `learner_cores`: cores of a one-node CPU cluster left to the learner."""
+    engines = EngineGroup(
+        cluster, model, tokenizer, config, seed=seed, engine_files=engine_files, launcher=launcher, learner_cores=learner_cores
+    )
     if sized_for is not None:
         engines.size_for(*sized_for)
     engines.on_engine_ready = on_engine_ready
@@ -76,6 +81,19 @@ class Components:
         self.learner.shutdown()
 
 
+def async_learner_cores(config, cluster) -> int:
+    """Async mode on a one-node CPU cluster: generation and training run at the same time on the node's
+    cores, and threads of both spread over all of them contend (measured on 2 cores: the learner's step
+    took 1.9x as long, and the run was slower than the synchronous one). The learner then gets the node's
+    last half (its torch threads) and the engines the rest. 0: not that case, or the user set
+    `learner.torch_threads` or `rollout.cpu_threads_bind`."""
+    cores = len(os.sched_getaffinity(0))
+    chosen = config.learner.torch_threads is not None or config.rollout.cpu_threads_bind is not None
+    if config.max_staleness == 0 or chosen or cores < 2 or config.learner.workers > 1 or not one_cpu_node(cluster):
+        return 0
+    return cores // 2
+
+
 def start_training(
     config,
     model: str,
@@ -92,54 +110,85 @@ def start_training(
     longest prompt (preflight's `longest_prompt`); the engines' context is sized for it plus
     `max_completion_length`, so a caller that leaves it out (and has no `max_prompt_length`) gets
     completions cut short by the prompt's length."""
-    from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
+    from orchestrator.contracts.tokenizer import bundle_tokenizer
     from orchestrator.placement.gpus import with_learner_gpus
-    from orchestrator.ray_runtime import cluster_gpus
-    from workers.weights.adapters import ADAPTER_CONFIG
-    from workers.weights.factory import make_transport
 
     rollout = config.rollout
     cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus * config.learner.workers + 1)  # +1: reward tasks
-    if cluster.device == "cuda" and cluster.placement.mode == "local":  # this machine's torch is the learner's
-        import sys
-
-        import torch
-
-        from orchestrator.placement.gpus import check_torch_build
-
-        check_torch_build(cluster_gpus(), torch.__version__, torch.version.cuda, sys.prefix)
+    _check_local_torch(cluster)
     config = with_learner_gpus(config, local=cluster.placement.mode == "local")  # learner.num_gpus null -> 0 or 1
+    learner_cores = async_learner_cores(config, cluster)
+    if learner_cores:
+        config = config.model_copy(update={"learner": config.learner.model_copy(update={"torch_threads": learner_cores})})
     bundle = bundle_tokenizer(tokenizer)
     learner = LearnerGroup.start(cluster, config, model, bundle, resume_from, rollout.startup_timeout_s)
-    engine_files = {**bundle.files, "config.json": learner.model_config()}
-    lora = config.lora is not None
-    if lora:  # engines start with LoRA on, and serve the adapter the learner sends (workers/weights/adapters.py)
-        engine_files[ADAPTER_CONFIG] = json.dumps(learner.adapter_config()).encode()
-    engine_files = TokenizerBundle(engine_files)
-    transport = make_transport(
-        cluster.device,
-        config.weight_sync.timeout_s,
-        config.weight_sync.bucket_mb << 20,
-        rollout.tensor_parallel_size,
-        lora=lora,
-        dtype=rollout.weight_dtype(cluster.device),
-    )
+    engine_files = _engine_files(bundle, learner, lora=config.lora is not None)
     warning = dtype_warning(cluster.device, rollout.dtype, config.learner.bf16, config.vllm_importance_sampling_correction)
     if warning:
-        print(f"warning: {warning}", flush=True)
+        log.warning(warning)
     # On CPU (and in a LoRA run) each engine loads the weights as it is admitted; on GPU one NCCL group
     # spans every engine, so they are all admitted first and synced together.
-    together = cluster.device != "cpu" and not lora
-    weights = PolicyWeights(learner, transport, policy_version, first_sync_together=together, adapter=lora)
+    together = cluster.device != "cpu" and config.lora is None
+    weights = PolicyWeights(
+        learner, _transport(config, cluster.device), policy_version, first_sync_together=together, adapter=config.lora is not None
+    )
     longest_prompt = max_prompt_tokens or config.max_prompt_length or 0
     model_config = json.loads(engine_files.files["config.json"])
     sized_for = (model_config, config.samples_per_step, longest_prompt + config.max_completion_length)
     pool = start_pool(
-        cluster, None, tokenizer, rollout, config.seed, engine_files, sized_for=sized_for, on_engine_ready=weights.load_into
+        cluster,
+        None,
+        tokenizer,
+        rollout,
+        config.seed,
+        engine_files,
+        sized_for=sized_for,
+        on_engine_ready=weights.load_into,
+        learner_cores=learner_cores,
     )
     if together:
         pool.sync_weights(weights)  # engines it finds dead are replaced, and load the weights as they are admitted
     return Components(learner=learner, pool=pool, weights=weights, tokenizer=tokenizer)
+
+
+def _check_local_torch(cluster) -> None:
+    """On a local GPU cluster this machine's torch is the learner's: it must be a CUDA build."""
+    if cluster.device != "cuda" or cluster.placement.mode != "local":
+        return
+    import sys
+
+    import torch
+
+    from orchestrator.placement.gpus import check_torch_build
+    from orchestrator.ray_runtime import cluster_gpus
+
+    check_torch_build(cluster_gpus(), torch.__version__, torch.version.cuda, sys.prefix)
+
+
+def _engine_files(bundle, learner: LearnerGroup, lora: bool):
+    """What every engine starts from: the canonical tokenizer's files and the learner's config.json (and
+    in a LoRA run the adapter's config: engines start with LoRA on and serve the adapter the learner sends)."""
+    from orchestrator.contracts.tokenizer import TokenizerBundle
+    from workers.weights.adapters import ADAPTER_CONFIG
+
+    files = {**bundle.files, "config.json": learner.model_config()}
+    if lora:
+        files[ADAPTER_CONFIG] = json.dumps(learner.adapter_config()).encode()
+    return TokenizerBundle(files)
+
+
+def _transport(config, device: str):
+    """How the learner's weights reach the engines on `device` (workers/weights/factory.py)."""
+    from workers.weights.factory import make_transport
+
+    return make_transport(
+        device,
+        config.weight_sync.timeout_s,
+        config.weight_sync.bucket_mb << 20,
+        config.rollout.tensor_parallel_size,
+        lora=config.lora is not None,
+        dtype=config.rollout.weight_dtype(device),
+    )
 
 
 def dtype_warning(device: str, engine_dtype: str, learner_bf16: bool, corrected: bool) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from orchestrator.training import stopping
+from orchestrator import stopping
 
 LOCAL_HEADROOM_CPUS = 8
 # Ray frees the objects nobody references in batches, once a second by default. A weight sync puts a

@@ -10,10 +10,11 @@ import numpy as np
 
 PHASES = ("time/generate", "time/reward", "time/train", "time/sync")
 LEARNER_FIGURES = ("time/learner_step", "learner/pad_fraction", "learner/micro_batches", "learner/tokens_per_s")
-# The learner as it was before token budgets, packing and the node's cores: the whole step in one padded
-# pass on the one thread Ray gives a 1-CPU actor; and the same on every core, to tell the two gains apart.
-PREVIOUS_LEARNER = {"max_tokens_per_micro_batch": None, "padding_free": False, "torch_threads": 1}
+# The learner without token budgets and packing: the whole step in one padded pass.
 PADDED_LEARNER = {"max_tokens_per_micro_batch": None, "padding_free": False}
+# Async mode: the next step's batch generates while this one trains, clipped against the engines'
+# log-probs (the correction, on by default, stays on).
+ASYNC = {"max_staleness": 1}
 
 
 def ours(
@@ -27,8 +28,11 @@ def ours(
     ignore_eos: bool = True,
     learner: dict | None = None,
     rollout: dict | None = None,
+    settings: dict | None = None,
 ) -> dict:
-    """Our `train` loop; `learner` and `rollout` override those sections (e.g. PREVIOUS_LEARNER)."""
+    """Our `train` loop; `learner` and `rollout` override those sections (e.g. PADDED_LEARNER), `settings`
+    top-level keys (e.g. ASYNC). Besides throughput, the busy share of the steady steps' wall time of the
+    engines (`busy/engines`) and of the learner (`busy/learner`): above 1 together, they overlapped."""
     from orchestrator.builtin import search_task
     from orchestrator.config.train import TrainConfig
     from orchestrator.launch import canonical_tokenizer, start_training
@@ -51,6 +55,7 @@ def ours(
         reward_funcs=["builtin:search_call"],
         learner=learner or {},
         rollout=rollout or {},
+        **(settings or {}),
     )
     tokenizer, prompts = canonical_tokenizer(config, str(model)), search_task.all_prompts()
     # The engines' context is the longest prompt plus the completion budget, as `train` sizes it: without
@@ -67,12 +72,15 @@ def ours(
     step_time = float(np.mean([m["time/step"] for m in steady]))
     phases = {p: float(np.mean([m[p] for m in steady])) for p in PHASES}
     learner_figures = {p: float(np.mean([m[p] for m in steady])) for p in LEARNER_FIGURES}
+    wall = sum(m["time/step"] for m in steady)
     return {
         "samples_per_s": float(np.mean([m["samples"] / m["time/step"] for m in steady])),
         "step_s": step_time,
         **phases,
         **learner_figures,
         "overhead_share": max(0.0, 1.0 - sum(phases.values()) / step_time),
+        "busy/engines": sum(m["time/pool_busy"] for m in steady) / wall,
+        "busy/learner": sum(m["time/learner_step"] for m in steady) / wall,
         "sync_bytes": int(steady[-1]["weight_sync/bytes"]),
         "sync_s": phases["time/sync"],
         "reward_last": float(metrics[-1]["reward_mean"]),

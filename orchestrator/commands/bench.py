@@ -133,15 +133,19 @@ def _measure(case: Case, args: argparse.Namespace) -> dict:
     r["hf_generate"] = generation.hf_generate(case.model, prompt_ids, n, tokens, seed=0, ignore_eos=eos)
     print(f"{label} HF generate: {r['hf_generate']['tokens_per_s']:.0f} tok/s", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
-        for key, learner in (
-            ("train", None),
-            ("train_padded", training.PADDED_LEARNER),
-            ("train_previous", training.PREVIOUS_LEARNER),
+        for key, learner, settings in (
+            ("train", None, None),
+            ("train_async", None, training.ASYNC),
+            ("train_padded", training.PADDED_LEARNER, None),
         ):
-            r[key] = training.ours(case.model, args.steps, args.prompts, n, tokens, 0, Path(scratch) / key, eos, learner)
+            run = training.ours(
+                case.model, args.steps, args.prompts, n, tokens, 0, Path(scratch) / key, eos, learner, settings=settings
+            )
+            r[key] = run
             print(
-                f"{label} our train ({learner or 'defaults'}): {r[key]['samples_per_s']:.1f} samples/s, learner "
-                f"{r[key]['time/learner_step']:.2f} s/step, pad {100 * r[key]['learner/pad_fraction']:.0f}%",
+                f"{label} our train ({learner or settings or 'defaults'}): {run['samples_per_s']:.1f} samples/s, learner "
+                f"{run['time/learner_step']:.2f} s/step, pad {100 * run['learner/pad_fraction']:.0f}%, busy: engines "
+                f"{100 * run['busy/engines']:.0f}% learner {100 * run['busy/learner']:.0f}%",
                 flush=True,
             )
         r["trl"] = training.trl(case.model, args.steps, args.prompts, n, tokens, 0, Path(scratch) / "trl", ignore_eos=eos)
@@ -273,11 +277,27 @@ def _learner_rows(name: str, case: dict) -> list[tuple[str, str, str]]:
 
     rows = [row("ours (token budget, packed)", ours)]
     if "train_padded" in case:
-        rows += [
-            row("whole step padded, all cores", case["train_padded"]),
-            row("whole step padded, 1 thread (before)", case["train_previous"]),
-        ]
+        rows.append(row("whole step padded", case["train_padded"]))
     return rows
+
+
+def _busy(run: dict) -> str:
+    return f"busy: engines {100 * run['busy/engines']:.0f}%, learner {100 * run['busy/learner']:.0f}%"
+
+
+def _async_rows(name: str, case: dict) -> list[tuple[str, str, str]]:
+    """Async mode beside the synchronous one, with both busy shares: the overlap of generation and training."""
+    if "train_async" not in case:
+        return []
+    ours, run, trl = case["train"], case["train_async"], case["trl"]
+    return [
+        (f"{name}: train, ours, synchronous", _busy(ours), ""),
+        (
+            f"{name}: train, ours, async (max_staleness 1)",
+            f"{run['samples_per_s']:.2f} samples/s; {_busy(run)}",
+            f"{run['samples_per_s'] / trl['samples_per_s']:.2f}x TRL, {run['samples_per_s'] / ours['samples_per_s']:.2f}x synchronous",
+        ),
+    ]
 
 
 def _throughput_rows(r: dict) -> list[tuple[str, str, str]]:
@@ -303,6 +323,7 @@ def _throughput_rows(r: dict) -> list[tuple[str, str, str]]:
                 f"{ours['samples_per_s']:.2f} samples/s",
                 f"{ours['samples_per_s'] / trl['samples_per_s']:.2f}x TRL",
             ),
+            *_async_rows(name, case),
             (f"{name}: train, TRL GRPOTrainer alone", f"{trl['samples_per_s']:.2f} samples/s", ""),
             (
                 f"{name}: ours, s/step (gen/reward/train/sync)",

@@ -67,7 +67,8 @@ class LearnerConfig(StrictModel):
         ge=1,
         description="CPU threads for the learner's torch. null: on a CPU learner, the node's cores shared by the "
         "learner workers (engines and learner take turns in synchronous runs, so the learner may use them "
-        "all; Ray alone would give it num_cpus); on a GPU learner, what Ray gives it (num_cpus), so the "
+        "all; Ray alone would give it num_cpus), except in async mode (max_staleness 1 or more) on a one-node "
+        "cluster, where it gets half the node's cores and the engines the rest; on a GPU learner, what Ray gives it (num_cpus), so the "
         "engines' schedulers on the node are not starved.",
     )
     max_restarts: int = Field(
@@ -120,7 +121,10 @@ class GRPOSettings(StrictModel):
         le=16,
         description="Optimizer updates on each step's batch (TRL's num_iterations, mu in the GRPO paper): the learner "
         "computes the old log-probs before the first, and each update clips its ratio against them. A step here "
-        "is one generation round, so the learning-rate schedule runs over max_steps x num_iterations updates.",
+        "is one generation round, so the learning-rate schedule runs over max_steps x num_iterations updates. That "
+        "extra no-grad pass over the round (`old-lp pass` on the step line) runs only when num_iterations or "
+        "steps_per_generation is above 1; otherwise the loss's own forward pass gives the old log-probs (detached, "
+        "as TRL does) and the engine correction, so the pass is skipped at no change to the loss.",
     )
     steps_per_generation: int = Field(
         1,

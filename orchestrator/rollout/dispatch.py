@@ -31,6 +31,7 @@ from collections.abc import Callable
 from orchestrator.contracts.engine_death import is_engine_death
 from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.groups import GroupRequest, GroupResult
+from orchestrator.log import log
 from orchestrator.rollout.collector import ResultFreezer
 from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
 from orchestrator.rollout.engine_group import EngineFailedError, EngineGroup
@@ -147,7 +148,7 @@ class Dispatch:
         self.next_check = time.monotonic() + WATCHDOG_TICK_S
         busy = [engine_id for engine_id, groups in self.held.items() if groups and engine_id in self.engines.actors]
         for engine_id, why in self.watchdog.check(busy).items():
-            print(f"warning: engine {engine_id} is wedged: {why}; replacing it", flush=True)
+            log.warning(f"engine {engine_id} is wedged: {why}; replacing it")
             self.died(engine_id, EngineWedgedError(f"engine {engine_id}: {why}"))
 
     def collect(self, future: concurrent.futures.Future) -> None:

@@ -22,6 +22,7 @@ from orchestrator.contracts.errors import LearnerDiedError, RunError, UserError
 from orchestrator.contracts.fingerprint import differences, fingerprint
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
+from orchestrator.log import log
 from orchestrator.placement.labels import ROLE_LABEL, ROLLOUT_ROLE
 from orchestrator.rollout.collector import freeze_startup_objects, unfreeze
 from orchestrator.rollout.cpu_cores import CoreSlots
@@ -55,13 +56,15 @@ class EngineGroup:
         seed: int = 0,
         engine_files: TokenizerBundle | None = None,
         launcher: EngineLauncher | None = None,
+        learner_cores: int = 0,
     ):
         """`cluster` is where engines go (orchestrator.launch.Cluster: placement and device).
         `tokenizer` is the canonical tokenizer object; `model` a path or name, or None when the
         engines take their weights from a learner (`engine_files` then carries the learner's config.json
         beside the tokenizer, and `on_engine_ready` must load the weights). `engine_files` is what is
         shipped to the engines (default: the canonical tokenizer's files).
-        `launcher` starts the engines (default: one vLLM `RolloutWorker` actor each)."""
+        `launcher` starts the engines (default: one vLLM `RolloutWorker` actor each). `learner_cores`: on a
+        one-node CPU cluster, the node's last cores kept for a learner that trains while engines generate."""
         self.cluster = cluster
         self.model = model
         self.launcher = launcher or ActorLauncher()
@@ -78,7 +81,7 @@ class EngineGroup:
         self._groups: dict[int, object] = {}  # engine id -> its placement group (None locally)
         self.draining: set[int] = set()  # engines that take no new groups and stop once idle
         self._leftovers: dict[int, object] = {}  # engine id -> what killing it leaves on its node (launcher.leftovers)
-        self._cores = _core_slots(cluster, config)  # CPU engines of a one-node cluster: whose cores are whose
+        self._cores = _core_slots(cluster, config, learner_cores)  # CPU engines of a one-node cluster: whose cores are whose
         self._clean_ups: list = []  # ObjectRefs of clean-ups still running (launcher.clean_up)
 
     def size_for(self, model_config: dict, samples_in_flight: int, tokens_per_sample: int) -> None:
@@ -204,7 +207,7 @@ class EngineGroup:
     def _fail_or_warn(self, strict: bool, message: str) -> None:
         if strict:
             raise EngineFailedError(message)
-        print(f"warning: {message}; continuing with {len(self.actors)} engine(s)", flush=True)
+        log.warning(f"{message}; continuing with {len(self.actors)} engine(s)")
 
     def engine_died(self, engine_id: int, error: BaseException) -> None:
         """Drop a dead engine and start its replacement (which serves once ready and synced)."""
@@ -216,16 +219,13 @@ class EngineGroup:
             self.draining.discard(engine_id)
             return
         if self.restarts >= self.config.max_restarts:
-            print(
-                f"warning: engine {engine_id} died ({reason(error)}); rollout.max_restarts reached, not replacing it", flush=True
-            )
+            log.warning(f"engine {engine_id} died ({reason(error)}); rollout.max_restarts reached, not replacing it")
             return
         self.restarts += 1
         replacement = self.add_engine()
-        print(
-            f"warning: engine {engine_id} died ({reason(error)}); its groups go to the {len(self.actors)} live engine(s), "
-            f"replacement engine {replacement} is starting",
-            flush=True,
+        log.warning(
+            f"engine {engine_id} died ({reason(error)}); its groups go to the {len(self.actors)} live engine(s), "
+            f"replacement engine {replacement} is starting"
         )
 
     def resize(self, engines: int) -> None:
@@ -244,7 +244,7 @@ class EngineGroup:
         surplus = serving[engines:] if len(serving) > engines else []
         self.draining.update(surplus)
         if surplus:
-            print(f"draining engine(s) {surplus}: they finish their groups, then stop", flush=True)
+            log.info(f"draining engine(s) {surplus}: they finish their groups, then stop")
 
     def stop_drained(self, busy: set[int]) -> None:
         for engine_id in sorted(self.draining - busy):
@@ -317,15 +317,20 @@ class EngineGroup:
         unfreeze()  # collector.py
 
 
-def _core_slots(cluster, config: RolloutConfig) -> CoreSlots | None:
-    """Slots of this machine's cores for CPU engines when the cluster is this machine alone, unless
-    `rollout.cpu_threads_bind` says otherwise (cpu_cores.py). Engines of several vLLM workers
-    (tensor parallel) keep vLLM's own binding, which takes one core list per worker."""
+def _core_slots(cluster, config: RolloutConfig, learner_cores: int) -> CoreSlots | None:
+    """Slots of this machine's cores (less the last `learner_cores`) for CPU engines when the cluster is
+    this machine alone, unless `rollout.cpu_threads_bind` says otherwise (cpu_cores.py). Engines of
+    several vLLM workers (tensor parallel) keep vLLM's own binding, which takes one core list per worker."""
+    if config.cpu_threads_bind is not None or config.tensor_parallel_size > 1 or not one_cpu_node(cluster):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    return CoreSlots(cores[: len(cores) - learner_cores], config.engines)
+
+
+def one_cpu_node(cluster) -> bool:
+    """Whether the cluster is this machine alone, without GPUs: engines and learner share its cores."""
     import ray
 
-    if cluster.device != "cpu" or config.cpu_threads_bind is not None or config.tensor_parallel_size > 1:
-        return None
-    nodes = [node["NodeID"] for node in ray.nodes() if node["Alive"]]
-    if cluster.placement.mode != "local" or nodes != [ray.get_runtime_context().get_node_id()]:
-        return None
-    return CoreSlots(sorted(os.sched_getaffinity(0)), config.engines)
+    if cluster.device != "cpu" or cluster.placement.mode != "local":
+        return False
+    return [node["NodeID"] for node in ray.nodes() if node["Alive"]] == [ray.get_runtime_context().get_node_id()]

@@ -20,16 +20,19 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator import stopping
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.errors import LearnerDiedError, RunError, Terminated
 from orchestrator.data.stream import PromptStream
 from orchestrator.launch import Components
+from orchestrator.log import log
 from orchestrator.rewards.scoring import RewardScorer, StepRewards
 from orchestrator.rollout.parquet import rollout_table, write_parquet
 from orchestrator.rollout.samples import Ragged, StepSamples
-from orchestrator.training import dynamic_sampling, plots, staleness, stopping
+from orchestrator.training import dynamic_sampling, plots, staleness
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
+from orchestrator.training.busy import BusyClock
 from orchestrator.training.control import ControlFile
 from orchestrator.training.evaluation import EvalSet, Evaluation
 from orchestrator.training.evaluation import progress_line as eval_progress_line
@@ -86,6 +89,7 @@ class GRPORun:
         self._learner_restarts = 0
         self._control = ControlFile(run_dir.control)
         self._trackers = Trackers([])  # `run` opens the configured ones
+        self._generating = BusyClock()  # the pool's time in `generate`, on whichever thread calls it
         self._prefetch = Prefetcher(self._generate)
 
     def run(self) -> list[dict]:
@@ -115,7 +119,7 @@ class GRPORun:
                     resume = f"continue with: {self.run_dir.resume_command}"
                     if self._stop.requested == "SIGTERM":
                         raise Terminated(f"terminated (SIGTERM): stopped after step {step}, checkpoint saved; {resume}")
-                    print(f"stopped after step {step}; {resume}")
+                    log.info(f"stopped after step {step}; {resume}")
                     break
                 step += 1
         finally:
@@ -134,9 +138,9 @@ class GRPORun:
             metrics.update(self._evaluate(step))
         self._log.write(metrics)
         self._trackers.log(metrics)
-        print(progress_line(metrics, self.config.max_steps), flush=True)
+        log.info(progress_line(metrics, self.config.max_steps))
         if "eval/reward_mean" in metrics:
-            print(eval_progress_line(metrics), flush=True)
+            log.info(eval_progress_line(metrics))
         last = step == self.config.max_steps or self._stop.requested
         if step % self.config.plot_steps == 0 or last:
             plots.draw(read_metrics(self.run_dir.metrics), self.run_dir.plots)
@@ -155,10 +159,9 @@ class GRPORun:
             raise RunError(f"step {step}: {death}; {resume_hint(self.run_dir, saved)}") from None
         self._learner_restarts += 1
         checkpoint, state = saved or (None, ResumeState(step=0, stream_position=0, policy_version=0))
-        print(
-            f"warning: step {step}: {death}; restarting it from {checkpoint.name if checkpoint else 'the initial model'} "
-            f"(learner restart {self._learner_restarts} of learner.max_restarts={self.config.learner.max_restarts})",
-            flush=True,
+        log.warning(
+            f"step {step}: {death}; restarting it from {checkpoint.name if checkpoint else 'the initial model'} "
+            f"(learner restart {self._learner_restarts} of learner.max_restarts={self.config.learner.max_restarts})"
         )
         if isinstance(death, LearnerSyncTimeout):
             # Engines stuck in the dead learner's NCCL broadcast never finish it: replace them now, not
@@ -184,7 +187,8 @@ class GRPORun:
         pool changes (scaling requests, replacements) never race with a running `generate`."""
         self._apply_control()
         rewards = self.scorer.begin(requests)
-        results = self.parts.pool.generate(requests, on_result=rewards.add)
+        with self._generating.busy():
+            results = self.parts.pool.generate(requests, on_result=rewards.add)
         return StepSamples.assemble(requests, results), rewards.close()
 
     def _evaluate(self, step: int) -> dict:
@@ -216,10 +220,9 @@ class GRPORun:
         stale = staleness.stale_groups(samples, self.weights.version, self.config.max_staleness)
         if not stale:
             return samples, 0, 0
-        print(
-            f"warning: step {step}: {len(stale)} group(s) were generated more than max_staleness="
-            f"{self.config.max_staleness} policy versions ago; generating them again on policy {self.weights.version}",
-            flush=True,
+        log.warning(
+            f"step {step}: {len(stale)} group(s) were generated more than max_staleness="
+            f"{self.config.max_staleness} policy versions ago; generating them again on policy {self.weights.version}"
         )
         stale_ids = set(stale)
         again = [request for request in requests if request.group_id in stale_ids]
@@ -232,11 +235,11 @@ class GRPORun:
         """Pick up `python -m orchestrator scale RUN_DIR --engines N` between steps."""
         request = self._control.poll()
         if request is not None and request.get("engines") is not None:
-            print(f"scaling the rollout pool to {request['engines']} engine(s)", flush=True)
+            log.info(f"scaling the rollout pool to {request['engines']} engine(s)")
             self.parts.pool.resize(int(request["engines"]))
 
     def step(self, step: int) -> dict:
-        start = time.perf_counter()
+        start, generating = time.perf_counter(), self._generating.seconds()
         requests, samples, rewards = self._next_batch(step)
         generated = time.perf_counter()
 
@@ -288,6 +291,8 @@ class GRPORun:
             "time/reward": scored - generated - extra_generate_s,
             "time/train": learned - scored,
             "time/sync": synced - learned,
+            # Async: generation of the next batches overlaps this step, so time/pool_busy exceeds time/generate.
+            "time/pool_busy": self._generating.seconds() - generating,
         }
         metrics["time/step"] = time.perf_counter() - start
         metrics["samples_per_s"] = len(samples) / metrics["time/step"]
@@ -306,11 +311,10 @@ class GRPORun:
             at_least=config.learner.workers,
         )
         if filled.figures["dynamic_sampling/short_steps"]:
-            print(
-                f"warning: step {step}: {filled.informative} of prompts_per_step={config.prompts_per_step} groups have "
+            log.warning(
+                f"step {step}: {filled.informative} of prompts_per_step={config.prompts_per_step} groups have "
                 f"rewards that differ after dynamic_sampling_max_rounds={config.dynamic_sampling_max_rounds} extra "
-                f"rounds; the step trains on {dynamic_sampling.count_groups(filled.samples.group_id, ~filled.samples.filtered)}",
-                flush=True,
+                f"rounds; the step trains on {dynamic_sampling.count_groups(filled.samples.group_id, ~filled.samples.filtered)}"
             )
         return filled.samples, filled.reward_errors, filled.figures, filled.generate_s
 

@@ -129,7 +129,9 @@ def _learner_figures(m: dict) -> str:
     if "learner/tokens_per_s" not in m:
         return ""
     ranks = f" ranks {m['learner/rank_imbalance']:.2f}x" if m.get("learner/rank_imbalance", 1.0) != 1.0 else ""
+    # The old log-probs' own pass runs only for several updates per round (num_iterations, steps_per_generation).
+    old = f"{m['time/old_logps']:.2f}s" if "time/old_logps" in m else "skipped"
     return (
         f"learner {m['learner/tokens_per_s']:.0f} tok/s mb {m['learner/micro_batches']:.0f} "
-        f"pad {100 * m['learner/pad_fraction']:.0f}%{ranks} | "
+        f"pad {100 * m['learner/pad_fraction']:.0f}%{ranks} old-lp pass {old} | "
     )

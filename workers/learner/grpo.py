@@ -236,7 +236,7 @@ class GRPOLearner:
         trainer = self.trainer
         parts = self._round(batch)
         passes = {}
-        if len(parts) > 1 or self.config.num_iterations > 1:
+        if self.needs_old_policy_pass(len(parts)):
             began = time.perf_counter()
             for part in parts:
                 self._old_policy(part)
@@ -261,6 +261,12 @@ class GRPOLearner:
             "learning_rate": float(trainer.lr_scheduler.get_last_lr()[0]),
             "time/learner_step": time.perf_counter() - start,
         }
+
+    def needs_old_policy_pass(self, parts: int) -> bool:
+        """Whether the round needs the old log-probs before its first update: only when an update comes
+        after another (several parts, or num_iterations). With one update, its own forward pass gives them
+        (detached, as TRL's loss takes them), and the engine correction with them: the same loss."""
+        return parts > 1 or self.config.num_iterations > 1
 
     def _round(self, batch: dict[str, np.ndarray]) -> list[step_inputs.StepInputs]:
         """The round's parts (step_inputs.round_parts), each cut into micro-batches; they share one
@@ -291,7 +297,7 @@ class GRPOLearner:
         As one of several ranks, `batch` is this rank's shard: `.grad` then holds the gradient of the whole
         step's loss (all ranks' shards), and the figures returned are the whole step's."""
         step = self._prepare(batch, micro_batch_size, max_tokens, importance_sampling.SamplingStats(self.device))
-        if self.config.num_iterations > 1:
+        if self.needs_old_policy_pass(1):
             self._old_policy(step)
             if self.world_size > 1:
                 step.stats.all_reduce()

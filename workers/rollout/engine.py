@@ -73,7 +73,7 @@ def engine_args(
         distributed_executor_backend="mp" if config.tensor_parallel_size > 1 else None,
         max_num_seqs=config.max_inflight_samples,  # never schedule more than the KV cache was sized for
         logprobs_mode="processed_logprobs",  # logprobs of the distribution actually sampled
-        enforce_eager=on_cpu,  # graph capture / compile costs minutes on small CPUs and buys little
+        enforce_eager=on_cpu if config.enforce_eager is None else config.enforce_eager,
         disable_log_stats=True,
         load_format="dummy" if placeholder_weights else "auto",
         worker_extension_cls="workers.weights.vllm_worker.WeightReceiver",

@@ -109,8 +109,8 @@ def test_run_finishes_on_the_surviving_rollout_node(cluster, tmp_path, lora):
     assert proc.returncode == 0, err[-4000:]
     assert not orphans, f"processes of the lost node outlived it by 30 s: {orphans}"
     assert f"done: {STEPS} steps" in out
-    died = [line for line in out.splitlines() if line.startswith("warning: engine") and " died (" in line]
-    assert len(died) == 1, out[-4000:]
+    died = [line for line in err.splitlines() if line.startswith("warning: engine") and " died (" in line]
+    assert len(died) == 1, err[-4000:]
     assert "its node has died" in died[0] and "replacement engine 2 is starting" in died[0]
     lost_engine = int(died[0].split()[2])
 

@@ -45,7 +45,7 @@ def test_an_engine_that_fails_its_first_load_is_dropped_and_the_pool_goes_on(sim
     results = pool.generate(requests)
     assert sorted(r.group_id for r in results) == list(range(8)) and sorted(pool.engines.actors) == [0, 1]
     warning = "engine 2 could not load the current weights: WeightSyncError: engine 2 did not load policy version 3"
-    assert warning in capsys.readouterr().out
+    assert warning in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("fault", ["stuck", "dead"])

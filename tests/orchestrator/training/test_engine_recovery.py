@@ -53,7 +53,7 @@ def test_run_goes_on_when_its_engine_processes_are_killed(tmp_path, lora):
         victim.kill()  # SIGKILL, from outside, by pid
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-4000:]
-    assert "died" in out and "replacement engine 2 is starting" in out and "replacement engine 3 is starting" in out
+    assert "died" in err and "replacement engine 2 is starting" in err and "replacement engine 3 is starting" in err
 
     steps = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [m["step"] for m in steps] == list(range(1, STEPS + 1))

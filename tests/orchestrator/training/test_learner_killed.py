@@ -49,8 +49,8 @@ def test_a_killed_learner_is_restarted_from_the_last_checkpoint(tmp_path, uninte
     driver = _kill_learner_after(run, 3)
     out, err = driver.communicate(timeout=600)
     assert driver.returncode == 0, err[-3000:]
-    assert "the learner died" in out and "restarting it from step-000002" in out, out[-3000:]
-    assert "not out of memory" in out  # it was a plain SIGKILL, and the node's counters say so
+    assert "the learner died" in err and "restarting it from step-000002" in err, err[-3000:]
+    assert "not out of memory" in err  # it was a plain SIGKILL, and the node's counters say so
     recorded = metrics(run)
     assert [m["step"] for m in recorded] == list(range(1, STEPS + 1))  # step 3 was run again, recorded once
     assert [m["reward_mean"] for m in recorded] == pytest.approx(uninterrupted_rewards, abs=1e-6)

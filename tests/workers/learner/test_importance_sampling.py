@@ -245,3 +245,55 @@ def test_the_parts_of_a_round_follow_trls_steps_per_generation(tiny, loss_type):
     assert learner.policy_version == 1 and learner.updates == 2
     ours, theirs = dict(learner.named_weights()), trainer.model.state_dict()
     assert max(float((ours[name] - theirs[name]).abs().max()) for name in ours) <= 1e-4
+
+
+@pytest.mark.parametrize(
+    ("settings", "runs"),
+    [({}, False), ({"num_iterations": 2}, True), ({"steps_per_generation": 2}, True), ({"max_staleness": 1}, False)],
+)
+def test_the_old_log_probs_pass_runs_only_when_an_update_follows_another(tiny, settings, runs):
+    """With one update per round its forward pass gives the old log-probs, so the extra no-grad pass is
+    skipped (no `time/old_logps`, `old-lp pass skipped` on the step line); with a second update (another
+    iteration or another part) it runs. Async rows (stale ones) do not change that."""
+    config = TrainConfig(num_generations=SIZE, prompts_per_step=GROUPS, max_steps=1, **settings)
+    learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    calls = []
+    learner._old_policy = lambda step, run=learner._old_policy: calls.append(run(step))
+    samples = _samples(learner, tiny, seed=8, shifts=SHIFTS)
+    metrics = learner.train_step(_our_batch(learner, samples, np.random.default_rng(9).normal(size=GROUPS * SIZE)))
+    assert ("time/old_logps" in metrics) is runs
+    assert bool(calls) is runs
+
+
+@pytest.mark.parametrize("mode", ["sequence_mask", "token_truncate"])
+def test_skipping_the_old_log_probs_pass_leaves_the_update_as_it_was(tiny, mode):
+    """The skipped pass changes nothing the loss uses: one learner skips it (the default), one runs it
+    first; same loss, engine-correction figures and weights after the step, with corrections that bite."""
+    config = TrainConfig(
+        num_generations=SIZE,
+        prompts_per_step=GROUPS,
+        max_steps=1,
+        learning_rate=3e-2,
+        vllm_importance_sampling_mode=mode,
+        vllm_importance_sampling_clip_min=0.9,
+        vllm_importance_sampling_clip_max=1.05,
+    )
+    results = []
+    for forced in (False, True):
+        learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+        learner.packed = False
+        if forced:
+            learner.needs_old_policy_pass = lambda parts: True
+        samples = _samples(learner, tiny, seed=10, shifts=SHIFTS)
+        batch = _our_batch(learner, samples, np.random.default_rng(11).normal(size=GROUPS * SIZE))
+        results.append((learner.train_step(batch), dict(learner.named_weights())))
+    (skipped, skipped_weights), (passed, passed_weights) = results
+    assert "time/old_logps" not in skipped and "time/old_logps" in passed
+    assert skipped["loss"] == pytest.approx(passed["loss"], abs=1e-6)
+    for figure in ("sampling/importance_sampling_ratio/mean", "sampling/importance_sampling_ratio/min"):
+        assert skipped[figure] == pytest.approx(passed[figure], rel=1e-6)
+    if mode.endswith("truncate"):  # ratios above the bound were cut to it
+        assert skipped["sampling/importance_sampling_ratio/max"] == pytest.approx(1.05)
+    else:  # and sequences outside the bounds weighted 0
+        assert skipped["sampling/importance_sampling_ratio/min"] == 0.0
+    assert max(float((skipped_weights[name] - passed_weights[name]).abs().max()) for name in skipped_weights) <= 1e-6
