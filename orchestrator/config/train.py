@@ -90,6 +90,14 @@ class TrainConfig(GRPOSettings):
         "wait, the rest when generation ends (a step smaller than this is scored once, at the end). Lower it "
         "for slow reward functions, so that scoring overlaps generation sooner.",
     )
+    reward_num_cpus: float = Field(
+        0.0,
+        ge=0.0,
+        description="Ray CPUs each reward task reserves. 0: none, so a task runs on any node at once, even while the "
+        "engines and the learner hold every CPU (on the driver's node, as Ray prefers). Set it for a heavy reward (a "
+        "model, a sandbox) so that Ray places it where CPUs are free: then the cluster needs them beyond the engines' "
+        "and the learner's.",
+    )
     reward_timeout_s: float = Field(
         300.0,
         gt=0.0,

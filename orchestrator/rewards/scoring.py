@@ -62,6 +62,7 @@ class RewardScorer:
         batch_samples: int = 1,
         conversations: list[list[dict]] | None = None,
         timeout_s: float | None = None,
+        num_cpus: float = 0.0,
     ):
         """`columns[i]`: prompt i's other dataset columns (reward functions get them as kwargs; a
         dataset's stay in Arrow until a task reads its rows: data/prompt_data.py's ArrowRows);
@@ -69,9 +70,11 @@ class RewardScorer:
         `conversations[i]`: prompt i's messages when the prompts are conversations: reward functions
         then get TRL's conversational shapes (the message lists, and each completion as
         `[{"role": "assistant", "content": ...}]`) instead of the rendered texts;
-        `timeout_s`: each reward task's deadline (`reward_timeout_s`; None: none)."""
+        `timeout_s`: each reward task's deadline (`reward_timeout_s`; None: none); `num_cpus`: the Ray CPUs
+        each task reserves (`reward_num_cpus`)."""
         from orchestrator.rewards.functions import ship
 
+        self.num_cpus = num_cpus
         self.reward_funcs = reward_funcs
         self.files = ship(reward_funcs)  # the reward files as the driver read them: each task loads these
         self.conversations = conversations
@@ -95,7 +98,7 @@ class RewardScorer:
         from orchestrator.rewards.functions import score
 
         if self._task is None:
-            self._task = ray.remote(score).options(num_cpus=0, max_retries=0)
+            self._task = ray.remote(score).options(num_cpus=self.num_cpus, max_retries=0)
         fields = {
             name: []
             for name in (

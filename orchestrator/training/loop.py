@@ -84,6 +84,7 @@ class GRPORun:
             config.reward_batch_samples,
             conversations,
             timeout_s=config.reward_timeout_s,
+            num_cpus=config.reward_num_cpus,
         )
         self._stop = stopping.GracefulStop()  # entered by `run`
         self._learner_restarts = 0

@@ -11,8 +11,8 @@ and every tool call, on the node the driver is not on, answered with the shipped
 The timing is deterministic: the driver prints "run folder:" after it has read every user file (its
 checks, before Ray starts anything) and before it starts the learner and the engines; the files change
 as soon as the line is seen, and the test checks that no engine actor existed yet, so no tool call and
-no reward task can have run before. Reward tasks run wherever Ray puts them; since the disks of both
-nodes changed, only the shipped copy can give the rewards seen.
+no reward task can have run before. Each reward task reserves a CPU (`reward_num_cpus: 1`), which only
+the worker node has, and records the node it ran on: every one ran on the raylet the driver is not on.
 """
 
 import json
@@ -33,12 +33,16 @@ pytestmark = [pytest.mark.engines, pytest.mark.slow]
 STEPS, PROMPTS, GENERATIONS = 3, 4, 4
 LOOKUP = Path(__file__).parents[3] / "configs" / "tools" / "lookup.yaml"
 BONUS = 0.25  # the shipped reward's mark: the built-in reward plus this
-REWARD = f"""
+REWARD = """
+import ray
+
 from orchestrator.builtin.lookup_task import exact_code_reward  # an installed package: imported where it runs
 
 
 def reward(prompts, completions, answer, **kwargs):
-    return [value + {BONUS} for value in exact_code_reward(prompts, completions, answer)]
+    with open(NODES, "a") as nodes:  # where this reward task ran
+        nodes.write(ray.get_runtime_context().get_node_id() + "\\n")
+    return [value + BONUS for value in exact_code_reward(prompts, completions, answer)]
 """
 STALE_REWARD = """
 def reward(prompts, completions, **kwargs):
@@ -59,7 +63,7 @@ def cluster():
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:
-        cluster.worker = cluster.add_node(num_cpus=2)  # one engine and the learner, a CPU each
+        cluster.worker = cluster.add_node(num_cpus=3)  # one engine, the learner and a reward task, a CPU each
         yield cluster
     finally:
         cluster.shutdown()
@@ -72,11 +76,13 @@ def actors(cluster, name: str) -> list[dict]:
 def test_the_drivers_reward_and_tool_files_run_on_every_node(cluster, tmp_path):
     user = tmp_path / "user"  # the only place the files ever are
     user.mkdir()
-    (user / "my_rewards.py").write_text(REWARD)
+    nodes = tmp_path / "reward-nodes.txt"
+    (user / "my_rewards.py").write_text(f"NODES, BONUS = {str(nodes)!r}, {BONUS}\n" + REWARD)
     (user / "my_tools.py").write_text(TOOL)
     config = yaml.safe_load(LOOKUP.read_text())
     config.update(
         reward_funcs=["my_rewards.py:reward"],  # relative: read from the config's folder
+        reward_num_cpus=1,  # a CPU the head does not have: the reward tasks run on the worker node
         prompts_per_step=PROMPTS,
         num_generations=GENERATIONS,
         max_steps=STEPS,
@@ -126,6 +132,7 @@ def test_the_drivers_reward_and_tool_files_run_on_every_node(cluster, tmp_path):
     for call in calls:  # the tool file was gone from every disk: only the shipped copy can have answered
         assert call["status"] == "ok", call
         assert call["result"].strip() == lookup_task.lookup(call["call"]).strip(), call
+    assert set(nodes.read_text().split()) == {cluster.worker.node_id}  # every reward task, on the other raylet
     hosts = [host for host in actors(cluster, "ToolHost") if host["Pid"]]  # the hosts that started
     assert hosts and {host["Address"]["NodeID"] for host in hosts} == {cluster.worker.node_id}  # not the driver's node
     assert cluster.worker.node_id != cluster.head_node.node_id

@@ -107,35 +107,27 @@ def test_the_step_line_shows_how_far_behind_an_async_step_is_and_the_groups_rene
     assert progress_line(step, 10).endswith("| v1")
 
 
-def test_the_step_line_shows_the_bytes_each_engine_was_sent():
-    step = {
+def _step_figures() -> dict:
+    """What every step line reads."""
+    return {
         "step": 1,
         "policy_version": 1,
         "reward_mean": 0.5,
         "reward_std": 0.1,
         "samples_per_s": 1.0,
         "completion_length/mean": 3.0,
-        "weight_sync/bytes": 1_234_567,
         "sampling/sampling_logp_difference/mean": 0.002,
         **{f"time/{p}": 0.1 for p in ("generate", "reward", "train", "sync")},
     }
+
+
+def test_the_step_line_shows_the_bytes_each_engine_was_sent():
+    step = {**_step_figures(), "weight_sync/bytes": 1_234_567}
     assert "sync 0.10s (1.23 MB) |" in progress_line(step, 10)
     assert "sync 0.10s (15.20 GB) |" in progress_line({**step, "weight_sync/bytes": 15_200_000_000}, 10)
 
 
 def test_the_step_line_says_whether_the_old_log_probs_pass_ran():
-    step = {
-        "step": 1,
-        "policy_version": 1,
-        "reward_mean": 0.5,
-        "reward_std": 0.1,
-        "samples_per_s": 1.0,
-        "completion_length/mean": 3.0,
-        "sampling/sampling_logp_difference/mean": 0.002,
-        "learner/tokens_per_s": 900.0,
-        "learner/micro_batches": 2,
-        "learner/pad_fraction": 0.0,
-        **{f"time/{p}": 0.1 for p in ("generate", "reward", "train", "sync")},
-    }
+    step = {**_step_figures(), "learner/tokens_per_s": 900.0, "learner/micro_batches": 2, "learner/pad_fraction": 0.0}
     assert "learner 900 tok/s mb 2 pad 0% old-lp pass skipped |" in progress_line(step, 10)
     assert "old-lp pass 1.25s |" in progress_line({**step, "time/old_logps": 1.25}, 10)
