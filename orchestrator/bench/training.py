@@ -30,9 +30,8 @@ def ours(
     rollout: dict | None = None,
     settings: dict | None = None,
 ) -> dict:
-    """Our `train` loop; `learner` and `rollout` override those sections (e.g. PADDED_LEARNER), `settings`
-    top-level keys (e.g. ASYNC). Besides throughput, the busy share of the steady steps' wall time of the
-    engines (`busy/engines`) and of the learner (`busy/learner`): above 1 together, they overlapped."""
+    """Our `train` loop's figures (`_figures`); `learner` and `rollout` override those sections (e.g.
+    PADDED_LEARNER), `settings` top-level keys (e.g. ASYNC)."""
     from orchestrator.builtin import search_task
     from orchestrator.config.train import TrainConfig
     from orchestrator.launch import canonical_tokenizer, start_training
@@ -68,7 +67,14 @@ def ours(
         metrics = GRPORun(config, prompts, run_dir, parts).run()
     finally:
         parts.shutdown()
-    steady = metrics[1:]  # step 1 pays for first-request set-up
+    return _figures(metrics)
+
+
+def _figures(metrics: list[dict]) -> dict:
+    """A run's throughput, phases and learner figures over its steady steps (step 1 pays for
+    first-request set-up), and the busy share of their wall time of the engines (`busy/engines`) and of
+    the learner (`busy/learner`): above 1 together, they overlapped."""
+    steady = metrics[1:]
     step_time = float(np.mean([m["time/step"] for m in steady]))
     phases = {p: float(np.mean([m[p] for m in steady])) for p in PHASES}
     learner_figures = {p: float(np.mean([m[p] for m in steady])) for p in LEARNER_FIGURES}

@@ -1,12 +1,12 @@
 """The user's reward and tool files reach every node as the driver read them (contracts/user_functions.py).
 
 Two raylets on this machine (`ray.cluster_utils.Cluster`): the head, which the driver joins and which
-has no CPU, and a worker node that hosts the engine, the learner and, beside the engine, the tool host.
+has no CPU, and a worker node that hosts the engine, the learner and the reward tasks.
 `python -m orchestrator train` runs the lookup task with a reward file and a tool file that live only
 in the config's folder. Once the driver has read them, and before anything generates, the test
 replaces the reward file with a stale version (rewards -7) and deletes the tool file, so no node's disk
 holds either as the driver read it. The run trains to the end, every reward is the shipped function's,
-and every tool call, on the node the driver is not on, answered with the shipped tool.
+and every tool call answered with the shipped tool.
 
 The timing is deterministic: the driver prints "run folder:" after it has read every user file (its
 checks, before Ray starts anything) and before it starts the learner and the engines; the files change
@@ -133,6 +133,7 @@ def test_the_drivers_reward_and_tool_files_run_on_every_node(cluster, tmp_path):
         assert call["status"] == "ok", call
         assert call["result"].strip() == lookup_task.lookup(call["call"]).strip(), call
     assert set(nodes.read_text().split()) == {cluster.worker.node_id}  # every reward task, on the other raylet
-    hosts = [host for host in actors(cluster, "ToolHost") if host["Pid"]]  # the hosts that started
-    assert hosts and {host["Address"]["NodeID"] for host in hosts} == {cluster.worker.node_id}  # not the driver's node
+    # The tool hosts started (Ray places them near their engine where it can: a soft preference, so
+    # their node is not asserted); the tool file was gone from every disk when they loaded it.
+    assert [host for host in actors(cluster, "ToolHost") if host["Pid"]]
     assert cluster.worker.node_id != cluster.head_node.node_id
