@@ -47,9 +47,9 @@ class RolloutConfig(StrictModel):
     enforce_eager: bool | None = Field(
         None,
         description="vLLM's enforce_eager: true runs the model eagerly, false compiles it with torch.compile (and "
-        "captures CUDA graphs on GPU) when the engine starts. null: true on CPU, false on GPU. On CPU, compiled "
-        "generation of the bench model was about 7% faster and each engine start took about 27 s longer (42 s "
-        "against 14 s on 2 cores; Performance in the docs): worth it for long runs only.",
+        "captures CUDA graphs on GPU) when the engine starts. null: true on CPU, false on GPU. On CPU, compiling "
+        "makes each engine start (and each replacement) take tens of seconds longer for somewhat faster "
+        "generation: worth it for long runs only.",
     )
     num_cpus_per_engine: float = Field(1.0, ge=0.0, description="Ray CPUs reserved for each engine actor.")
     cpu_threads_bind: str | None = Field(
