@@ -137,7 +137,7 @@ def test_loss_and_gradients_equal_trls_for_every_correction(tiny, mode, level):
     trl_grads = _gradients(trainer.model)
 
     # Ours, the whole step padded as TRL lays it out
-    batch = _our_batch(learner, samples, inputs["advantages"].numpy())
+    batch = _our_batch(learner, samples, inputs["advantages"].cpu().numpy())
     learner.packed = False
     metrics = learner.accumulate_gradients(batch, None, None)
     ours = _gradients(learner.model)
@@ -173,7 +173,7 @@ def test_off_policy_mask_and_no_correction_equal_trls(tiny):
         trl_loss.backward()
         trl_grads = _gradients(trainer.model)
         learner.packed = False  # TRL's layout
-        metrics = learner.accumulate_gradients(_our_batch(learner, samples, inputs["advantages"].numpy()), None, None)
+        metrics = learner.accumulate_gradients(_our_batch(learner, samples, inputs["advantages"].cpu().numpy()), None, None)
         ours = _gradients(learner.model)
         assert metrics["loss"] == pytest.approx(float(trl_loss.detach()), abs=1e-5)
         assert max(float((ours[name] - trl_grads[name]).abs().max()) for name in ours) <= 1e-5
@@ -194,6 +194,7 @@ def test_two_updates_per_step_follow_trls_num_iterations(tiny, beta):
         beta=beta,
     )
     learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    before = {name: tensor.clone() for name, tensor in learner.named_weights()}
     samples = _samples(learner, tiny, seed=4)
     trainer, inputs = _trl_reference(learner, tiny, samples, np.random.default_rng(5).random(GROUPS * SIZE))
     trainer.create_optimizer_and_scheduler(num_training_steps=2)
@@ -201,12 +202,11 @@ def test_two_updates_per_step_follow_trls_num_iterations(tiny, beta):
     assert clipped[0] == 0.0 and clipped[1] > 0.0  # the second update moved away from the old policy
 
     learner.packed = False  # TRL's layout
-    metrics = learner.train_step(_our_batch(learner, samples, inputs["advantages"].numpy()))
+    metrics = learner.train_step(_our_batch(learner, samples, inputs["advantages"].cpu().numpy()))
     assert metrics["loss"] == pytest.approx(np.mean(losses), abs=1e-5)
     assert metrics["clip_ratio/region_mean"] == pytest.approx(np.mean(clipped), abs=1e-6)
     assert learner.policy_version == 1  # one round: the engines get the weights after both updates
-    ours, theirs = dict(learner.named_weights()), trainer.model.state_dict()
-    assert max(float((ours[name] - theirs[name]).abs().max()) for name in ours) <= 1e-4
+    _assert_same_weights(learner, trainer, before)
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
@@ -224,6 +224,7 @@ def test_the_parts_of_a_round_follow_trls_steps_per_generation(tiny, loss_type):
         loss_type=loss_type,
     )
     learner = GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+    before = {name: tensor.clone() for name, tensor in learner.named_weights()}
     samples = _samples(learner, tiny, seed=6)
     trainer, inputs = _trl_reference(learner, tiny, samples, np.random.default_rng(7).random(GROUPS * SIZE))
     trainer.create_optimizer_and_scheduler(num_training_steps=2)
@@ -239,12 +240,11 @@ def test_the_parts_of_a_round_follow_trls_steps_per_generation(tiny, loss_type):
     assert clipped[1] > 0.0  # the second part's update clipped against the policy before the first
 
     learner.packed = False  # TRL's layout
-    metrics = learner.train_step(_our_batch(learner, samples, inputs["advantages"].numpy()))
+    metrics = learner.train_step(_our_batch(learner, samples, inputs["advantages"].cpu().numpy()))
     assert metrics["loss"] == pytest.approx(np.mean(losses), abs=1e-5)
     assert metrics["clip_ratio/region_mean"] == pytest.approx(np.mean(clipped), abs=1e-6)
     assert learner.policy_version == 1 and learner.updates == 2
-    ours, theirs = dict(learner.named_weights()), trainer.model.state_dict()
-    assert max(float((ours[name] - theirs[name]).abs().max()) for name in ours) <= 1e-4
+    _assert_same_weights(learner, trainer, before)
 
 
 @pytest.mark.parametrize(
@@ -297,3 +297,18 @@ def test_skipping_the_old_log_probs_pass_leaves_the_update_as_it_was(tiny, mode)
     else:  # and sequences outside the bounds weighted 0
         assert skipped["sampling/importance_sampling_ratio/min"] == 0.0
     assert max(float((skipped_weights[name] - passed_weights[name]).abs().max()) for name in skipped_weights) <= 1e-6
+
+
+def _assert_same_weights(learner, trainer, before) -> None:
+    """Our weights after the round are TRL's. On the CPU to 1e-4. On a GPU, float32 matrix products
+    of other shapes (our micro-batches, TRL's whole part) sum in other orders, a token at the clip
+    boundary can then fall on either side of it, and Adam turns gradients that differ near zero into
+    steps that differ by a part of the learning rate: there the two updates agree to a tenth of their
+    size (2.5e-3 of 6e-2 seen on an H200)."""
+    ours, theirs = dict(learner.named_weights()), trainer.model.state_dict()
+    gap = max(float((ours[name] - theirs[name].to(ours[name].device)).abs().max()) for name in ours)
+    if learner.device.type == "cpu":
+        assert gap <= 1e-4
+    else:
+        moved = max(float((ours[name] - before[name]).abs().max()) for name in ours)
+        assert gap <= 0.1 * moved, (gap, moved)

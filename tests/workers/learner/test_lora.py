@@ -31,12 +31,19 @@ def trained(tiny):
 
 
 def _logps(model, batch) -> torch.Tensor:
-    prompt, completion = torch.as_tensor(batch["prompt_ids"]), torch.as_tensor(batch["completion_ids"])
+    """Log-probs of the batch's completions under `model`, on the CPU (a learner's model may be on a GPU)."""
+    device = next(model.parameters()).device
+    prompt, completion = (torch.as_tensor(batch[key], device=device) for key in ("prompt_ids", "completion_ids"))
     ids = torch.cat([prompt, completion], dim=1)
-    mask = torch.cat([torch.as_tensor(batch["prompt_mask"]), torch.as_tensor(batch["completion_mask"])], dim=1)
+    mask = torch.cat([torch.as_tensor(batch[key], device=device) for key in ("prompt_mask", "completion_mask")], dim=1)
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask).logits[:, prompt.size(1) - 1 : -1] / 1.5
-    return torch.log_softmax(logits, -1).gather(-1, completion[..., None])[..., 0] * torch.as_tensor(batch["completion_mask"])
+    logps = torch.log_softmax(logits, -1).gather(-1, completion[..., None])[..., 0]
+    return (logps * torch.as_tensor(batch["completion_mask"], device=device)).cpu()
+
+
+def _inputs(learner, batch) -> dict[str, torch.Tensor]:
+    return {key: torch.as_tensor(value, device=learner.device) for key, value in batch.items() if key.endswith(("_ids", "_mask"))}
 
 
 def test_only_the_adapter_trains_and_the_engines_get_base_names_then_peft_names(tiny, trained):
@@ -45,7 +52,7 @@ def test_only_the_adapter_trains_and_the_engines_get_base_names_then_peft_names(
     base = [(name, tensor) for name, tensor in sent if not name.startswith("base_model.model.")]
     adapter = [name for name, _ in sent if name.startswith("base_model.model.")]
     assert [name for name, _ in base] == list(original)  # vLLM's loader takes these names
-    assert all(torch.equal(tensor, original[name]) for name, tensor in base)  # the base never moved
+    assert all(torch.equal(tensor.cpu(), original[name]) for name, tensor in base)  # the base never moved
     assert adapter and all(".lora_A.weight" in name or ".lora_B.weight" in name for name in adapter)
     assert [name for name, _ in sent] == [name for name, _ in base] + adapter  # base first, then the adapter
     only = list(trained.named_weights(adapter_only=True))
@@ -56,8 +63,8 @@ def test_only_the_adapter_trains_and_the_engines_get_base_names_then_peft_names(
 def test_the_reference_policy_is_the_base_model(tiny, trained):
     batch = _batch(trained)
     base = AutoModelForCausalLM.from_pretrained(tiny.model_dir)
-    inputs = {key: torch.as_tensor(value) for key, value in batch.items() if key.endswith(("_ids", "_mask"))}
-    reference = trained._reference_logps(inputs) * inputs["completion_mask"]
+    inputs = _inputs(trained, batch)
+    reference = (trained._reference_logps(inputs) * inputs["completion_mask"]).cpu()
     assert torch.allclose(reference, _logps(base, batch), atol=1e-5)
     policy = _logps(trained.trainer.accelerator.unwrap_model(trained.model), batch)
     assert (policy - reference).abs().max() > 1e-3  # the adapter changed the policy; the reference ignores it
@@ -109,6 +116,7 @@ def test_target_modules_that_match_nothing_are_refused_with_the_models_linear_mo
 
 
 def test_a_model_vllm_serves_no_adapters_for_is_refused(tmp_path):
+    pytest.importorskip("vllm", reason="vLLM's model registry says which architectures it serves LoRA for")
     from transformers import GPT2Config, GPT2LMHeadModel
 
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=32)).save_pretrained(tmp_path)
@@ -122,7 +130,7 @@ def test_the_reference_is_trls_own_for_a_new_adapter(trained):
     from trl.trainer.utils import use_adapter
 
     batch = _batch(trained)
-    inputs = {key: torch.as_tensor(value) for key, value in batch.items() if key.endswith(("_ids", "_mask"))}
+    inputs = _inputs(trained, batch)
     model = trained.trainer.accelerator.unwrap_model(trained.model)
     assert "ref" not in model.peft_config
     with torch.no_grad(), use_adapter(model, adapter_name=None):
