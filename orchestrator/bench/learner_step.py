@@ -1,0 +1,136 @@
+"""The learner alone at a real model's size, on this machine's GPU (or CPU): no engines, no Ray.
+
+    python -m orchestrator.bench.learner_step --samples 64 [--bf16] [--lora] [--model DIR]
+
+Builds the learner (`GRPOLearner`: TRL's loss, AdamW) on Qwen2.5-0.5B's architecture with random
+weights (orchestrator/bench/model.py; `--model` for another folder), runs four optimizer steps on a
+synthetic batch of `--samples` completions of realistic lengths (learner_memory.step_batch), and
+prints one JSON line: each step's seconds, tokens per second after the first step, and the peak
+`torch.cuda.max_memory_allocated` (GPU only). A second line times the learner's side of an
+object-store weight sync (the weights cast to bfloat16 and packed into host buckets, as
+`Publication` hands them out) against a device-to-device copy of the same bytes, the floor of any
+sync on one GPU. With `--lora` both cover the adapter only, as a LoRA run's syncs do.
+
+This is how the learner's GPU figures in docs/deploy/gpu-sizing.md were measured on a machine that
+has torch and CUDA but neither vLLM nor Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+STEPS = 4  # the first also allocates AdamW's state and warms the kernels
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=64, help="completions per step (a multiple of 8)")
+    parser.add_argument("--bf16", action="store_true", help="learner.bf16: mixed-precision training (GPU only)")
+    parser.add_argument("--lora", action="store_true", help="train a rank-16 LoRA adapter instead of every weight")
+    parser.add_argument("--model", help="model folder (default: Qwen2.5-0.5B's architecture, random weights)")
+    args = parser.parse_args()
+    learner, batch = _learner(args)
+    print(json.dumps(_steps(learner, batch, args)), flush=True)
+    print(json.dumps(_sync(learner, adapter_only=args.lora)), flush=True)
+
+
+def _learner(args: argparse.Namespace):
+    import torch
+
+    from orchestrator.bench.learner_memory import GENERATIONS, step_batch
+    from orchestrator.bench.model import real_size_model
+    from orchestrator.config.train import TrainConfig
+    from workers.learner.grpo import GRPOLearner
+
+    model = args.model or str(real_size_model())
+    config = TrainConfig(
+        model=model,
+        tokenizer=model,
+        prompts_per_step=args.samples // GENERATIONS,
+        num_generations=GENERATIONS,
+        max_completion_length=512,
+        learning_rate=1e-5,
+        max_steps=STEPS,
+        learner={"num_gpus": int(torch.cuda.is_available()), "bf16": args.bf16},
+        lora={"r": 16, "lora_alpha": 32} if args.lora else None,
+    )
+    learner = GRPOLearner(config, model, model)
+    return learner, step_batch(learner, args.samples, mean_length=100, max_length=512)
+
+
+def _steps(learner, batch: dict, args: argparse.Namespace) -> dict:
+    import torch
+
+    from orchestrator.bench.model import parameter_count
+
+    cuda = learner.device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    seconds = []
+    for _ in range(STEPS):
+        began = time.perf_counter()
+        metrics = learner.train_step(batch)
+        if cuda:
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - began)
+    tokens = int(batch["prompt_mask"].sum() + batch["completion_mask"].sum())
+    return {
+        "what": "learner step",
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "parameters": parameter_count(Path(learner.config.model)),
+        "samples": args.samples,
+        "tokens": tokens,
+        "bf16": args.bf16,
+        "lora": args.lora,
+        "packed": learner.packed,
+        "step_s": [round(s, 3) for s in seconds],
+        "tokens_per_s_after_first": round(tokens * (STEPS - 1) / sum(seconds[1:]), 1),
+        "peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 3) if cuda else None,
+        "loss": metrics["loss"],
+    }
+
+
+def _sync(learner, adapter_only: bool) -> dict:
+    import torch
+
+    from workers.weights.buckets import DEFAULT_BUCKET_BYTES, BucketBuffer, fill, groups
+
+    weights = list(learner.named_weights(adapter_only=adapter_only))
+    nbytes = sum(tensor.numel() * 2 for _, tensor in weights)  # as bfloat16
+    buffer, packs = BucketBuffer(), []
+    for _ in range(3):
+        began = time.perf_counter()
+        for group in groups(weights, DEFAULT_BUCKET_BYTES, "bfloat16"):
+            fill(group, "bfloat16", buffer)
+        packs.append(time.perf_counter() - began)
+    flat = torch.cat([tensor.detach().reshape(-1).to(torch.bfloat16) for _, tensor in weights])
+    target, copies = torch.empty_like(flat), []
+    for _ in range(10):
+        _synchronize(flat)
+        began = time.perf_counter()
+        target.copy_(flat)
+        _synchronize(flat)
+        copies.append(time.perf_counter() - began)
+    return {
+        "what": "weight sync, learner side",
+        "bf16_bytes": nbytes,
+        "pack_to_host_s": round(min(packs), 4),
+        "pack_to_host_gb_per_s": round(nbytes / min(packs) / 1e9, 2),
+        "copy_on_device_s": round(min(copies), 5),
+        "copy_on_device_gb_per_s": round(nbytes / min(copies) / 1e9, 1),
+    }
+
+
+def _synchronize(tensor) -> None:
+    import torch
+
+    if tensor.is_cuda:
+        torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
