@@ -2,7 +2,7 @@
 
     cluster = connect(num_cpus)           # Ray (local or RAY_ADDRESS), node placement, cpu or cuda
     pool = start_pool(cluster, ...)       # an EngineGroup of vLLM engines behind a RolloutPool
-    parts = start_training(config, ...)   # the learner group, the pool on its weights, the policy weights
+    parts = start_training(config, ...)   # the learner group, the reward models, the pool on its weights, the policy weights
 
 `generate`, `train`, `bench` and `simulate` all come through here, so Ray is initialised in one
 place, with one rule for how many CPUs a local cluster advertises.
@@ -18,6 +18,8 @@ from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.learner.group import LearnerGroup
 from orchestrator.learner.weights import PolicyWeights
 from orchestrator.log import log
+from orchestrator.rewards import models as reward_models
+from orchestrator.rewards.models import RewardModelGroup
 from orchestrator.rollout.engine_group import EngineGroup, one_cpu_node
 from orchestrator.rollout.launcher import EngineLauncher
 from orchestrator.rollout.pool import RolloutPool
@@ -75,10 +77,13 @@ class Components:
     pool: RolloutPool
     weights: PolicyWeights  # the policy version the engines serve, and how it reaches them
     tokenizer: object  # the canonical tokenizer, loaded on the driver
+    reward_models: RewardModelGroup | None = None  # the workers serving reward_funcs' models, if it names any
 
     def shutdown(self) -> None:
         self.pool.shutdown()
         self.learner.shutdown()
+        if self.reward_models is not None:
+            self.reward_models.shutdown()
 
 
 def async_learner_cores(config, cluster) -> int:
@@ -114,7 +119,9 @@ def start_training(
     from orchestrator.placement.gpus import with_learner_gpus
 
     rollout = config.rollout
-    cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus * config.learner.workers + 1)  # +1: reward tasks
+    reward_model_cpus = config.reward_models.num_cpus * config.reward_models.workers if reward_models.models(config) else 0
+    # +1: reward tasks
+    cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus * config.learner.workers + reward_model_cpus + 1)
     _check_local_torch(cluster)
     config = with_learner_gpus(config, local=cluster.placement.mode == "local")  # learner.num_gpus null -> 0 or 1
     learner_cores = async_learner_cores(config, cluster)
@@ -122,6 +129,7 @@ def start_training(
         config = config.model_copy(update={"learner": config.learner.model_copy(update={"torch_threads": learner_cores})})
     bundle = bundle_tokenizer(tokenizer)
     learner = LearnerGroup.start(cluster, config, model, bundle, resume_from, rollout.startup_timeout_s)
+    scorers = reward_models.RewardModelGroup.start(config)
     engine_files = _engine_files(bundle, learner, lora=config.lora is not None)
     warning = dtype_warning(cluster.device, rollout.dtype, config.learner.bf16, config.vllm_importance_sampling_correction)
     if warning:
@@ -148,7 +156,7 @@ def start_training(
     )
     if together:
         pool.sync_weights(weights)  # engines it finds dead are replaced, and load the weights as they are admitted
-    return Components(learner=learner, pool=pool, weights=weights, tokenizer=tokenizer)
+    return Components(learner=learner, pool=pool, weights=weights, tokenizer=tokenizer, reward_models=scorers)
 
 
 def _check_local_torch(cluster) -> None:

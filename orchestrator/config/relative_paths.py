@@ -53,7 +53,9 @@ def _resolve(value, kind: str, folder: Path):
         return value
     if kind == "spec":
         file, sep, name = value.rpartition(":")
-        return f"{_beside(file, folder)}:{name}" if sep and file.endswith(".py") else value
+        if not sep:  # a reward model: a folder (or a hub id)
+            return _beside(value, folder)
+        return f"{_beside(file, folder)}:{name}" if file.endswith(".py") else value
     return _beside(value, folder)
 
 

@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 from orchestrator.contracts import user_functions
 from orchestrator.contracts.learning import GRPOSettings
 from orchestrator.contracts.paths import PATH, SPEC
+from orchestrator.contracts.reward_models import RewardModelSettings
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.strict import StrictModel
@@ -74,10 +75,21 @@ class TrainConfig(GRPOSettings):
     drop_long_prompts: bool = Field(False, description="Skip prompts over max_prompt_length (counted) instead of failing.")
     reward_funcs: list[str] = Field(
         default_factory=lambda: ["builtin:search_call"],
-        description="Reward functions: 'path/file.py:name', 'package.module:name' or 'builtin:NAME'.",
+        description="Reward functions: 'path/file.py:name', 'package.module:name' or 'builtin:NAME'; or a reward model "
+        "(a folder or a hub id: an entry with no ':NAME'), loaded as TRL loads one (a sequence classifier, num_labels 1) "
+        "and served by the reward_models workers.",
         json_schema_extra=SPEC,
     )
     reward_weights: list[float] | None = Field(None, description="One weight per reward function (default all 1).")
+    reward_processing_classes: list[str | None] | None = Field(
+        None,
+        description="TRL's GRPOTrainer argument: one tokenizer (a folder or hub id) per reward_funcs entry, used by "
+        "the reward models (null entries, and function entries, take none: a reward model then uses its own).",
+        json_schema_extra=PATH,
+    )
+    reward_models: RewardModelSettings = Field(
+        default_factory=RewardModelSettings, description="The actor group that serves the reward models in reward_funcs."
+    )
     reward_error_score: float | None = Field(
         None,
         description="If set, a sample whose reward function raises or returns NaN scores this and is counted "
@@ -200,6 +212,11 @@ class TrainConfig(GRPOSettings):
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
             raise ValueError(
                 f"reward_weights has {len(self.reward_weights)} entries but reward_funcs has {len(self.reward_funcs)}"
+            )
+        if self.reward_processing_classes is not None and len(self.reward_processing_classes) != len(self.reward_funcs):
+            raise ValueError(
+                f"reward_processing_classes has {len(self.reward_processing_classes)} entries but reward_funcs has "
+                f"{len(self.reward_funcs)}: give one per reward_funcs entry (null where none)"
             )
         if not self.reward_funcs:
             raise ValueError("reward_funcs is empty: at least one reward function is needed")

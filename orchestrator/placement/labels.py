@@ -29,6 +29,9 @@ ROLLOUT_ROLE = "rollout"
 LEARNER_ROLE = "learner"
 """Label value of nodes that host the learner."""
 
+REWARD_ROLE = "reward"
+"""Label value of nodes that host the reward-model workers (orchestrator/rewards/models.py)."""
+
 ROLLOUT_RESOURCE = "rollout_node"
 """Custom resource advertised (1 unit) by rollout nodes: the label fallback."""
 

@@ -1,7 +1,9 @@
 """Reward functions: TRL's signature `fn(prompts, completions, completion_ids, **kwargs) -> list[float]`.
 
 Referenced as `path/to/file.py:name`, `package.module:name` or `builtin:NAME` (see
-user_functions.py). They run in a Ray task, so a reward that is heavy (a model, a sandbox) runs
+user_functions.py). An entry with no `:NAME` is a reward model (TRL's convention: contracts/reward_models.py),
+which the run's reward-model workers score (rewards/models.py): to the code here it is one more
+function, whose scores come from a worker. They run in a Ray task, so a reward that is heavy (a model, a sandbox) runs
 wherever the cluster has room, not in the driver; a task loads the reward files the driver read
 (`user_files`), not its node's copies.
 """
@@ -15,6 +17,7 @@ from collections.abc import Callable, Mapping
 
 from orchestrator.contracts import builtins, user_functions
 from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.reward_models import is_model, reward_name
 from orchestrator.contracts.user_functions import UserFile
 
 
@@ -22,10 +25,27 @@ class RewardError(UserError):
     """A reward function failed or returned something unusable; names the function and sample."""
 
 
-def resolve(spec: str, files: Mapping[str, UserFile] | None = None) -> Callable:
+def resolve(spec: str, files: Mapping[str, UserFile] | None = None, reward_models: list | None = None) -> Callable:
     """Import the function a reward spec names (from `files`, the driver's copies, where they hold its
-    file); errors say which spec and why."""
+    file); errors say which spec and why. A reward model's spec becomes a function that asks one of
+    `reward_models` (the workers' actor handles) for its scores."""
+    if is_model(spec):
+        if not reward_models:
+            raise UserError(f"reward_funcs: {spec!r} is a reward model, and no reward-model worker serves it here")
+        return _model_reward(spec, reward_models)
     return user_functions.resolve(spec, "reward_funcs", builtins.REWARDS, files)
+
+
+def _model_reward(spec: str, workers: list) -> Callable:
+    def reward(prompts, completions, **kwargs):
+        import ray
+
+        groups = kwargs.get("group_id") or [0]
+        worker = workers[groups[0] % len(workers)]  # a task's groups go to one worker, spread by group
+        return ray.get(worker.score.remote(spec, list(prompts), list(completions)))
+
+    reward.__name__ = spec
+    return reward
 
 
 def ship(specs: list[str]) -> dict[str, UserFile]:
@@ -41,6 +61,7 @@ def score(
     completion_ids,
     error_score: float | None = None,
     user_files: Mapping[str, UserFile] | None = None,
+    reward_models: list | None = None,
     **kwargs,
 ) -> dict[str, list[float]]:
     """Every reward function on every sample, plus their weighted sum under "reward".
@@ -51,9 +72,9 @@ def score(
     returns NaN, and a sample that no function scores, stop the run with an error naming the function
     and the sample, unless `error_score` is set: then that sample scores `error_score` and is counted
     under "reward_errors". `user_files`: the reward files as the driver read them (`ship`), loaded
-    instead of this node's copies."""
+    instead of this node's copies; `reward_models`: the reward-model workers, for specs that are models."""
     weights = weights or [1.0] * len(specs)
-    fns = {spec: resolve(spec, user_files) for spec in specs}  # each file's module is loaded once per process
+    fns = {spec: resolve(spec, user_files, reward_models) for spec in specs}  # each file's module is loaded once per process
     args = {"prompts": prompts, "completions": completions, "completion_ids": completion_ids, **kwargs}
     returned = _call_all(fns, args)
     scores, errors = {}, 0
@@ -75,8 +96,8 @@ def score(
                 raise RewardError(f"reward function {spec!r} raised {type(error).__name__}: {error}{where}") from None
             values, failed = _per_sample(fn, args, len(prompts), error_score)
             errors += failed
-        scores[f"rewards/{spec}"] = values
-    total, unscored = _weighted_sum([scores[f"rewards/{spec}"] for spec in specs], weights)
+        scores[f"rewards/{reward_name(spec)}"] = values
+    total, unscored = _weighted_sum([scores[f"rewards/{reward_name(spec)}"] for spec in specs], weights)
     if unscored:
         if error_score is None:
             index = unscored[0]

@@ -49,6 +49,7 @@ RESERVED_REWARD_KWARGS = {
     "finish_reason",
     "stop_reason",
     "user_files",
+    "reward_models",
 }
 
 
@@ -63,6 +64,7 @@ class RewardScorer:
         conversations: list[list[dict]] | None = None,
         timeout_s: float | None = None,
         num_cpus: float = 0.0,
+        reward_models: list | None = None,
     ):
         """`columns[i]`: prompt i's other dataset columns (reward functions get them as kwargs; a
         dataset's stay in Arrow until a task reads its rows: data/prompt_data.py's ArrowRows);
@@ -71,10 +73,12 @@ class RewardScorer:
         then get TRL's conversational shapes (the message lists, and each completion as
         `[{"role": "assistant", "content": ...}]`) instead of the rendered texts;
         `timeout_s`: each reward task's deadline (`reward_timeout_s`; None: none); `num_cpus`: the Ray CPUs
-        each task reserves (`reward_num_cpus`)."""
+        each task reserves (`reward_num_cpus`); `reward_models`: the reward-model workers
+        (rewards/models.py), when reward_funcs names models."""
         from orchestrator.rewards.functions import ship
 
         self.num_cpus = num_cpus
+        self.reward_models = reward_models
         self.reward_funcs = reward_funcs
         self.files = ship(reward_funcs)  # the reward files as the driver read them: each task loads these
         self.conversations = conversations
@@ -128,7 +132,12 @@ class RewardScorer:
                 for key in self.dataset_keys:
                     fields[key].append(row.get(key))
         return self._task.remote(
-            self.reward_funcs, self.reward_weights, error_score=self.error_score, user_files=self.files, **fields
+            self.reward_funcs,
+            self.reward_weights,
+            error_score=self.error_score,
+            user_files=self.files,
+            reward_models=self.reward_models,
+            **fields,
         )
 
     def timed_out(self, group_ids: list[int], rows: int) -> dict:
@@ -136,6 +145,7 @@ class RewardScorer:
         error naming the functions, unless `error_score` is set: then each of its samples scores that
         and is counted under "reward_errors". Each function's own column is NaN (not scored): which
         of them did not return is not known."""
+        from orchestrator.contracts.reward_models import reward_name
         from orchestrator.rewards.functions import RewardError
 
         if self.error_score is None:
@@ -147,7 +157,7 @@ class RewardScorer:
                 "reward_error_score to score such samples)"
             )
         return {
-            **{f"rewards/{spec}": [math.nan] * rows for spec in self.reward_funcs},
+            **{f"rewards/{reward_name(spec)}": [math.nan] * rows for spec in self.reward_funcs},
             "reward": [self.error_score] * rows,
             "reward_errors": rows,
         }

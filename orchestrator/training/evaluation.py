@@ -50,7 +50,8 @@ class EvalSet:
 
 
 class Evaluation:
-    def __init__(self, config: TrainConfig, eval_set: EvalSet):
+    def __init__(self, config: TrainConfig, eval_set: EvalSet, reward_models: list | None = None):
+        """`reward_models`: the run's reward-model workers (rewards/models.py), when reward_funcs names models."""
         self.config = config
         self.set = eval_set
         temperature = config.temperature if config.eval_temperature is None else config.eval_temperature
@@ -63,6 +64,8 @@ class Evaluation:
             config.reward_batch_samples,
             eval_set.conversations,
             timeout_s=config.reward_timeout_s,
+            num_cpus=config.reward_num_cpus,
+            reward_models=reward_models,
         )
         self.rounds = 0
 

@@ -67,7 +67,8 @@ class GRPORun:
             ids = tokenize_prompts(prompts, components.tokenizer, conversational=conversations is not None)
             prompt_ids = Ragged.of(ids, np.int32)
         self.prompt_ids = prompt_ids
-        self.evaluation = Evaluation(config, eval_set) if eval_set is not None else None
+        reward_models = components.reward_models.workers if components.reward_models is not None else None
+        self.evaluation = Evaluation(config, eval_set, reward_models) if eval_set is not None else None
         self.run_dir = run_dir
         self.parts = components
         resume = resume or ResumeState(step=0, stream_position=0, policy_version=0)
@@ -85,6 +86,7 @@ class GRPORun:
             conversations,
             timeout_s=config.reward_timeout_s,
             num_cpus=config.reward_num_cpus,
+            reward_models=reward_models,
         )
         self._stop = stopping.GracefulStop()  # entered by `run`
         self._learner_restarts = 0

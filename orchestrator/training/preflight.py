@@ -37,15 +37,18 @@ class Checked:
 
 def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked:
     """`tokenizer_from`: where the canonical tokenizer was saved (a checkpoint, on resume)."""
+    from orchestrator.contracts.reward_models import is_model
     from orchestrator.data.conversations import read_chat_template, render_records, split_messages
     from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, resolve_model
+    from orchestrator.rewards import models as reward_models
     from orchestrator.rewards.functions import resolve
     from orchestrator.training.trackers import check_available
     from workers.learner.model_setup import load_tokenizer
 
     data = _read(config.prompts, "prompts", config.prompts_split, config.prompts_subset, config.prompts_column)
     for spec in config.reward_funcs:  # reads each user file: the copy every process gets (contracts/user_functions.py)
-        resolve(spec)
+        if not is_model(spec):
+            resolve(spec)
     _check_tools(config)
     check_available(config.report_to)
     model, tokenizer_name = resolve_model(config.model, config.tokenizer)
@@ -59,6 +62,7 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
     check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
     records = [{"prompt": prompt} for prompt in data.prompts]
     records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.prompts)
+    reward_models.check(config, conversational=chat)
     prompt_ids = tokenize_prompts([record["prompt"] for record in records], tokenizer, chat)
     kept = _check_prompt_lengths(prompt_ids, config)
     dropped = len(records) - len(kept)

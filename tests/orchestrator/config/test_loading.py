@@ -74,11 +74,13 @@ def test_relative_paths_in_a_config_file_are_read_from_its_folder(tmp_path, monk
     (folder / "data" / "train.jsonl").write_text('{"prompt": "hi"}\n')
     (folder / "my_reward.py").write_text("def score(prompts, completions, **kwargs):\n    return [0.0] * len(prompts)\n")
     (folder / "tools.py").write_text("def look(call_text, **context):\n    return call_text\n")
+    (folder / "rm").mkdir()  # a reward model's folder
     (folder / "run.yaml").write_text(
         "model: Qwen/Qwen2-0.5B\n"  # a hub name: nothing by that name beside the file
         "prompts: data/train.jsonl\n"
         "eval_prompts: builtin:arithmetic_eval\n"
-        "reward_funcs: [my_reward.py:score, builtin:search_call, orchestrator.builtin.search_task:search_call_reward]\n"
+        "reward_funcs: [my_reward.py:score, builtin:search_call, orchestrator.builtin.search_task:search_call_reward, rm, org/rm]\n"
+        "reward_processing_classes: [null, null, null, rm, org/tok]\n"
         "chat_template: '{{ messages }}'\n"
         "tools: [{name: look, fn: 'tools.py:look', begin: '<search>', end: '</search>'}]\n"
     )
@@ -92,7 +94,10 @@ def test_relative_paths_in_a_config_file_are_read_from_its_folder(tmp_path, monk
         f"{folder / 'my_reward.py'}:score",
         "builtin:search_call",
         "orchestrator.builtin.search_task:search_call_reward",
+        str(folder / "rm"),
+        "org/rm",  # a hub id: nothing by that name beside the file
     ]
+    assert config.reward_processing_classes == [None, None, None, str(folder / "rm"), "org/tok"]
     assert config.tools[0].fn == f"{folder / 'tools.py'}:look"
     assert (config.model, config.eval_prompts, config.chat_template) == (
         "Qwen/Qwen2-0.5B",
@@ -100,7 +105,8 @@ def test_relative_paths_in_a_config_file_are_read_from_its_folder(tmp_path, monk
         "{{ messages }}",
     )
     # on the command line, from the current folder
-    overridden = load_config(TrainConfig, folder / "run.yaml", ["reward_funcs=[cli_reward.py:score]"])
+    overrides = ["reward_funcs=[cli_reward.py:score]", "reward_processing_classes=null"]
+    overridden = load_config(TrainConfig, folder / "run.yaml", overrides)
     assert overridden.reward_funcs == ["cli_reward.py:score"]
 
 

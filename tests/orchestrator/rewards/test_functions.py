@@ -28,7 +28,7 @@ def test_file_module_and_builtin_specs(tmp_path):
         ("no_such_module_xyz:f", "cannot import 'no_such_module_xyz'"),
         ("json:no_such_function", "has no function 'no_such_function'"),
         ("builtin:nope", "unknown built-in 'builtin:nope'"),
-        ("just_a_name", "is not 'file.py:name'"),
+        ("just_a_name", "'just_a_name' is a reward model"),  # no ':NAME': TRL's convention, a model id
     ],
 )
 def test_bad_specs_are_named(spec, message):

@@ -1,0 +1,124 @@
+"""The reward models of a run: checked on the driver before anything starts, then served by an actor
+group of their own (`reward_models:`), which reward tasks call.
+
+    check(config, conversational)          # preflight: every model loadable as TRL loads it, its tokenizer fit
+    group = RewardModelGroup.start(config)  # None when reward_funcs names no model
+    functions.score(..., reward_models=group.handles)   # in a reward task: the model's scores for its samples
+    group.shutdown()
+
+The workers run on nodes labelled `role=reward` when the cluster has any (`ray start --labels
+role=reward`), otherwise wherever Ray finds `reward_models.num_cpus`/`num_gpus` free: never in the
+driver or the learner. A worker that dies is restarted by Ray (`reward_models.max_restarts`) and the
+call it was serving runs again on it, so its batch is scored again rather than lost.
+"""
+
+from __future__ import annotations
+
+from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.reward_models import is_model
+from orchestrator.log import log
+from orchestrator.placement.labels import REWARD_ROLE, ROLE_LABEL
+
+
+def models(config) -> dict[str, str | None]:
+    """Each reward model's `reward_funcs` entry -> its tokenizer (`reward_processing_classes`; None: its own)."""
+    tokenizers = config.reward_processing_classes or [None] * len(config.reward_funcs)
+    return {spec: tokenizer for spec, tokenizer in zip(config.reward_funcs, tokenizers) if is_model(spec)}
+
+
+def check(config, conversational: bool) -> None:
+    """Refuse, naming the key, a reward model TRL's convention cannot score: one that cannot be found, one
+    that is not a sequence classifier with one label (a causal LM would get an untrained score head),
+    a tokenizer with neither pad nor EOS token, or one without a chat template in a conversational run."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    for index, spec in enumerate(config.reward_funcs):
+        if not is_model(spec):
+            continue
+        key = f"reward_funcs[{index}]"
+        try:
+            model_config = AutoConfig.from_pretrained(spec)
+        except Exception as error:
+            raise UserError(
+                f"{key}: {spec!r} is neither a reward function ('file.py:name') nor a model: {_first_line(error)}"
+            ) from None
+        _check_classifier(key, spec, model_config)
+        tokenizer_name = (config.reward_processing_classes or [None] * len(config.reward_funcs))[index]
+        tokenizer_key = f"reward_processing_classes[{index}]" if tokenizer_name else key
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_name or spec)
+        except Exception as error:
+            raise UserError(
+                f"{tokenizer_key}: no tokenizer loads from {tokenizer_name or spec!r}: {_first_line(error)}"
+            ) from None
+        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
+            raise UserError(f"{tokenizer_key}: the reward model's tokenizer has neither a pad nor an EOS token to pad with")
+        if conversational and not tokenizer.chat_template:
+            raise UserError(
+                f"{tokenizer_key}: the prompts are conversations, which a reward model reads through its tokenizer's "
+                f"chat template, and {tokenizer_name or spec!r} has none (give one in reward_processing_classes)"
+            )
+
+
+def _check_classifier(key: str, spec: str, model_config) -> None:
+    architectures = model_config.architectures or []
+    if not any(name.endswith("ForSequenceClassification") for name in architectures):
+        raise UserError(
+            f"{key}: {spec!r} is a {', '.join(architectures) or 'model of no stated architecture'}, not a sequence "
+            "classifier: a reward model is loaded as AutoModelForSequenceClassification with one label (TRL's "
+            "convention), and any other model would score with an untrained head"
+        )
+    if model_config.num_labels != 1:
+        raise UserError(f"{key}: {spec!r} has {model_config.num_labels} labels; a reward model has one (its logit is the reward)")
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+class RewardModelGroup:
+    def __init__(self, workers: list):
+        self.workers = workers
+
+    @classmethod
+    def start(cls, config) -> RewardModelGroup | None:
+        """Start `reward_models.workers` actors holding every reward model of the run, and wait until each
+        has loaded them; None when the run has no reward model."""
+        import ray
+
+        from workers.reward_models.actor import RewardModelWorker
+
+        served = models(config)
+        if not served:
+            return None
+        settings = config.reward_models
+        options = {
+            "num_cpus": settings.num_cpus,
+            "num_gpus": settings.num_gpus,
+            "max_restarts": settings.max_restarts,
+            "max_task_retries": settings.max_restarts,
+        }
+        if _reward_nodes():
+            options["label_selector"] = {ROLE_LABEL: REWARD_ROLE}
+        actor = ray.remote(RewardModelWorker).options(**options)
+        workers = [actor.remote(served, settings.max_batch_tokens) for _ in range(settings.workers)]
+        group = cls(workers)
+        try:
+            nodes = ray.get([worker.node.remote() for worker in workers])
+        except ray.exceptions.RayActorError as error:
+            group.shutdown()
+            raise UserError(f"reward_models: a worker could not load the reward models: {error}") from None
+        log.info(f"reward models: {len(served)} served by {len(workers)} worker(s) on node(s) {sorted(set(nodes))}")
+        return group
+
+    def shutdown(self) -> None:
+        import ray
+
+        for worker in self.workers:
+            ray.kill(worker, no_restart=True)
+
+
+def _reward_nodes() -> bool:
+    import ray
+
+    return any((node.get("Labels") or {}).get(ROLE_LABEL) == REWARD_ROLE for node in ray.nodes() if node.get("Alive"))
