@@ -9,7 +9,9 @@ and inside functions, attribute accesses) of every module of orchestrator/ and w
   vllm, transformers or ray, nor reaches `x._name` (or `getattr(x, "_name")`) on anything but
   `self`/`cls` unless the project itself defines `_name`;
 - the rollout pool is a front door: nothing outside orchestrator/rollout/ reaches into a pool's
-  engines (`pool.engines`, `self.parts.pool.engines`: any `.engines` read on a name ending in `pool`).
+  engines (`pool.engines`, `self.parts.pool.engines`: any `.engines` read on a name ending in `pool`);
+- every function reads at once: at most MAX_FUNCTION_LINES lines (from `def` to its last line) and at
+  most MAX_NESTING blocks deep (if, for, while, with, try, match; a nested function starts again).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ CONTRACTS = "orchestrator.contracts"
 FENCES = "workers.fences"
 FENCED_LIBRARIES = ("trl", "vllm", "transformers", "ray")
 # Underscore names that are public API: a namedtuple's methods and fields.
+MAX_FUNCTION_LINES = 60
+MAX_NESTING = 4
+NESTING_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.TryStar, ast.Match)
 PUBLIC_UNDERSCORE_NAMES = {"_asdict", "_field_defaults", "_fields", "_make", "_replace"}
 
 
@@ -303,4 +308,46 @@ def test_the_check_catches_a_reach_into_the_pool(tmp_path):
     assert pool_reach_ins(project_modules(tmp_path), tmp_path) == [
         f"orchestrator/training/loop.py:2: `self.parts.pool.engines` {door}",
         f"orchestrator/training/loop.py:3: `rollout_pool.engines` {door}",
+    ]
+
+
+def long_or_deep_functions(modules: dict[str, Path], root: Path) -> list[str]:
+    """Functions over MAX_FUNCTION_LINES lines or nested deeper than MAX_NESTING, as `file:line name: why`."""
+    found = []
+    for path in modules.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            lines, depth = node.end_lineno - node.lineno + 1, _nesting(node)
+            where = f"{path.relative_to(root)}:{node.lineno} {node.name}"
+            if lines > MAX_FUNCTION_LINES:
+                found.append(f"{where}: {lines} lines (at most {MAX_FUNCTION_LINES})")
+            if depth > MAX_NESTING:
+                found.append(f"{where}: nested {depth} blocks deep (at most {MAX_NESTING})")
+    return sorted(found)
+
+
+def _nesting(node: ast.AST, depth: int = 0) -> int:
+    deepest = depth
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue  # measured on its own
+        deepest = max(deepest, _nesting(child, depth + isinstance(child, NESTING_BLOCKS)))
+    return deepest
+
+
+def test_every_function_is_short_and_shallow():
+    assert long_or_deep_functions(project_modules(ROOT), ROOT) == []
+
+
+def test_the_check_catches_a_long_function_and_a_deep_one(tmp_path):
+    deep = "def deep(x):\n" + "".join("    " * (level + 1) + "if x:\n" for level in range(5)) + "    " * 6 + "return x\n"
+    long = "def long():\n" + "    x = 1\n" * 60 + "    return x\n"
+    short = "def short(x):\n    def inner():\n        if x:\n            return x\n    return inner\n"
+    (tmp_path / "orchestrator").mkdir()
+    (tmp_path / "orchestrator" / "__init__.py").write_text("")
+    (tmp_path / "orchestrator" / "code.py").write_text(deep + long + short)
+    assert long_or_deep_functions(project_modules(tmp_path), tmp_path) == [
+        "orchestrator/code.py:1 deep: nested 5 blocks deep (at most 4)",
+        "orchestrator/code.py:8 long: 62 lines (at most 60)",
     ]

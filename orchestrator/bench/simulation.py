@@ -124,8 +124,8 @@ def run(
         "capacity_samples": capacity,
         "timing": timing.model_dump(),
         "hosts": hosts,
+        "load_average_1min_at_start": os.getloadavg()[0],
     }
-    result["load_average_1min_at_start"] = os.getloadavg()[0]
     print(
         f"simulate on {result['machine']} (load average {result['load_average_1min_at_start']:.1f}): {engines} engines "
         f"x {capacity} samples, {prompts} prompts x {num_generations} generations (max {max_tokens} tokens)",
@@ -160,15 +160,20 @@ def run(
     cpu, wall = time.process_time(), time.perf_counter()
     samples = StepSamples.assemble(requests, results)
     result["assembly"] = _costs(cpu, wall, len(requests))
-    del results
+    del results  # the samples hold what is needed; the peak below is the driver's with them alone
+    return {**result, **_rewards_figures(samples, requests, scoring)}
+
+
+def _rewards_figures(samples, requests: list[GroupRequest], scoring) -> dict:
+    """The step's rewards merged and normalised, timed, and the checks of the step's samples."""
     cpu, wall = time.process_time(), time.perf_counter()
     rewards = _merge_and_normalise(samples, scoring)
-    result["rewards"] = _costs(cpu, wall, len(requests))
-    result["rewards"]["mean"] = float(rewards.mean())
-    result["samples"] = len(samples)
-    result["groups_exactly_once"] = _exactly_once(samples, requests)
-    result["max_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
-    return result
+    return {
+        "rewards": {**_costs(cpu, wall, len(requests)), "mean": float(rewards.mean())},
+        "samples": len(samples),
+        "groups_exactly_once": _exactly_once(samples, requests),
+        "max_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+    }
 
 
 def _generate(pool, requests: list[GroupRequest], columns: list[dict], ideal: dict):

@@ -20,26 +20,7 @@ BUILTIN_PROMPTS = 32
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from orchestrator.config.base import explain
-
-    try:
-        sampling = SamplingConfig(
-            max_tokens=args.max_tokens,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            seed=args.seed,
-            stop=args.stop,
-            stop_token_ids=args.stop_token_ids,
-            include_stop_str_in_output=args.include_stop_str_in_output,
-            ignore_eos=args.ignore_eos,
-            skip_special_tokens=args.skip_special_tokens,
-        )
-        rollout = RolloutConfig(engines=args.engines)
-    except ValidationError as error:
-        raise explain(error, SamplingConfig) from None
+    sampling, rollout = _settings(args)
     if args.num_generations < 1:
         raise UserError(f"--num-generations must be at least 1, got {args.num_generations}")
     out = Path(args.out)
@@ -83,6 +64,30 @@ def run_generate(args: argparse.Namespace) -> int:
         f"engine(s): {tokens} completion tokens in {seconds:.1f}s = {tokens / seconds:.0f} tokens/s -> {out}"
     )
     return 0
+
+
+def _settings(args: argparse.Namespace) -> tuple[SamplingConfig, RolloutConfig]:
+    """The sampling and pool settings the flags give; a bad value is named as its flag's key."""
+    from pydantic import ValidationError
+
+    from orchestrator.config.base import explain
+
+    try:
+        sampling = SamplingConfig(
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            seed=args.seed,
+            stop=args.stop,
+            stop_token_ids=args.stop_token_ids,
+            include_stop_str_in_output=args.include_stop_str_in_output,
+            ignore_eos=args.ignore_eos,
+            skip_special_tokens=args.skip_special_tokens,
+        )
+        return sampling, RolloutConfig(engines=args.engines)
+    except ValidationError as error:
+        raise explain(error, SamplingConfig) from None
 
 
 def _prompts(path: str | None) -> list[str]:

@@ -17,19 +17,9 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "builtin" / "default_t
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from orchestrator.config.loading import load_config
-    from orchestrator.config.train import TrainConfig
     from orchestrator.training.preflight import preflight
-    from orchestrator.training.run_dir import RunDir
 
-    if args.resume:
-        run_dir = RunDir.existing(args.resume)
-        config = load_config(TrainConfig, run_dir.root / "config.yaml", args.overrides)
-        checkpoint, resume = run_dir.latest_checkpoint()
-        _check_resumable(checkpoint, resume, config)
-    else:
-        config = load_config(TrainConfig, Path(args.config) if args.config else DEFAULT_CONFIG, args.overrides)
-        run_dir, resume = RunDir.create(config.output_dir), None  # checked here, created after preflight
+    config, run_dir, checkpoint, resume = _load(args)
     # On resume the canonical tokenizer is the one the checkpoint saved (weights, optimizer and tokenizer as saved).
     checked = preflight(config, tokenizer_from=str(checkpoint) if args.resume else None)
     model = checked.model
@@ -77,6 +67,23 @@ def run_train(args: argparse.Namespace) -> int:
         f"(step {last['step']}); metrics, rollouts, plots and checkpoints in {run_dir.root}"
     )
     return 0
+
+
+def _load(args: argparse.Namespace):
+    """(config, run folder, checkpoint, resume state): a new run's config and the folder it will
+    create, or a stopped run's config (with any overrides), folder and latest checkpoint."""
+    from orchestrator.config.loading import load_config
+    from orchestrator.config.train import TrainConfig
+    from orchestrator.training.run_dir import RunDir
+
+    if args.resume:
+        run_dir = RunDir.existing(args.resume)
+        config = load_config(TrainConfig, run_dir.root / "config.yaml", args.overrides)
+        checkpoint, resume = run_dir.latest_checkpoint()
+        _check_resumable(checkpoint, resume, config)
+        return config, run_dir, checkpoint, resume
+    config = load_config(TrainConfig, Path(args.config) if args.config else DEFAULT_CONFIG, args.overrides)
+    return config, RunDir.create(config.output_dir), None, None  # the folder is created after preflight
 
 
 def _check_resumable(checkpoint: Path, resume, config) -> None:

@@ -31,11 +31,17 @@ def from_config_folder(data: dict, model: type[BaseModel], folder: Path) -> dict
                 [_resolve(item, kind, folder) for item in value] if isinstance(value, list) else _resolve(value, kind, folder)
             )
         elif (section := section_model(field.annotation)) is not None:
-            if isinstance(value, dict):
-                out[name] = from_config_folder(value, section, folder)
-            elif isinstance(value, list):
-                out[name] = [from_config_folder(item, section, folder) if isinstance(item, dict) else item for item in value]
+            out[name] = _section_from_config_folder(value, section, folder)
     return out
+
+
+def _section_from_config_folder(value, section: type[BaseModel], folder: Path):
+    """A nested section (a mapping, or a list of them, as `tools`) with its relative paths made absolute."""
+    if isinstance(value, dict):
+        return from_config_folder(value, section, folder)
+    if isinstance(value, list):
+        return [from_config_folder(item, section, folder) if isinstance(item, dict) else item for item in value]
+    return value
 
 
 def section_model(annotation) -> type[BaseModel] | None:

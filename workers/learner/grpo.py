@@ -68,7 +68,7 @@ class GRPOLearner:
     def __init__(self, config: GRPOSettings, model, tokenizer: str):
         """`model` is a name, a path or a model object; `tokenizer` a name or path."""
         from datasets import Dataset
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOTrainer
 
         if config.learner.num_gpus and not torch.cuda.is_available():
             # Training on the CPU instead would only show as NCCL dying in the first weight sync.
@@ -86,40 +86,7 @@ class GRPOLearner:
         model = load_model(model, self.tokenizer, resize=bool(config.added_tokens))
         # num_gpus null (not decided by a cluster, e.g. built directly): a GPU if this process sees one.
         use_cpu = not torch.cuda.is_available() or config.learner.num_gpus == 0
-        args = GRPOConfig(
-            output_dir=self._scratch.name,  # TRL wants one; nothing is written there
-            per_device_train_batch_size=config.samples_per_step,
-            num_generations=config.num_generations,
-            max_completion_length=config.max_completion_length,
-            temperature=config.temperature,
-            learning_rate=config.learning_rate,
-            beta=config.beta,
-            epsilon=config.epsilon,
-            epsilon_high=config.epsilon_high,
-            delta=config.delta,
-            steps_per_generation=config.steps_per_generation,  # TRL's token-level losses divide by it
-            loss_type=config.loss_type,
-            importance_sampling_level=config.importance_sampling_level,
-            top_entropy_quantile=config.top_entropy_quantile,
-            vllm_importance_sampling_correction=config.vllm_importance_sampling_correction,
-            vllm_importance_sampling_mode=config.vllm_importance_sampling_mode,
-            vllm_importance_sampling_clip_max=config.vllm_importance_sampling_clip_max,
-            vllm_importance_sampling_clip_min=config.vllm_importance_sampling_clip_min,
-            off_policy_mask_threshold=config.off_policy_mask_threshold,
-            scale_rewards=config.scale_rewards,
-            max_grad_norm=config.max_grad_norm,
-            warmup_steps=config.warmup_steps,
-            lr_scheduler_type=config.lr_scheduler_type,
-            seed=config.seed,
-            max_steps=self.updates,
-            use_cpu=use_cpu,
-            bf16=config.learner.bf16 and not use_cpu,
-            report_to=[],
-            save_strategy="no",
-            logging_steps=1,
-            disable_dropout=True,  # the engines sample without dropout; the loss should see the same policy
-            **sharding.fsdp_arguments(config),
-        )
+        args = _grpo_config(config, self._scratch.name, self.updates, use_cpu)
         self.trainer = GRPOTrainer(
             model=model,
             reward_funcs=_unused_reward,
@@ -476,6 +443,47 @@ class GRPOLearner:
     def load_state(self, folder: str) -> None:
         """Continue exactly where `save` left off (checkpoint.py)."""
         checkpoint.load(self, folder)
+
+
+def _grpo_config(config: GRPOSettings, scratch: str, updates: int, use_cpu: bool):
+    """TRL's GRPOConfig for the run: its loss, optimizer and schedule settings, nothing of TRL's own
+    generation or logging (rewards and samples come from the orchestrator)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=scratch,  # TRL wants one; nothing is written there
+        per_device_train_batch_size=config.samples_per_step,
+        num_generations=config.num_generations,
+        max_completion_length=config.max_completion_length,
+        temperature=config.temperature,
+        learning_rate=config.learning_rate,
+        beta=config.beta,
+        epsilon=config.epsilon,
+        epsilon_high=config.epsilon_high,
+        delta=config.delta,
+        steps_per_generation=config.steps_per_generation,  # TRL's token-level losses divide by it
+        loss_type=config.loss_type,
+        importance_sampling_level=config.importance_sampling_level,
+        top_entropy_quantile=config.top_entropy_quantile,
+        vllm_importance_sampling_correction=config.vllm_importance_sampling_correction,
+        vllm_importance_sampling_mode=config.vllm_importance_sampling_mode,
+        vllm_importance_sampling_clip_max=config.vllm_importance_sampling_clip_max,
+        vllm_importance_sampling_clip_min=config.vllm_importance_sampling_clip_min,
+        off_policy_mask_threshold=config.off_policy_mask_threshold,
+        scale_rewards=config.scale_rewards,
+        max_grad_norm=config.max_grad_norm,
+        warmup_steps=config.warmup_steps,
+        lr_scheduler_type=config.lr_scheduler_type,
+        seed=config.seed,
+        max_steps=updates,
+        use_cpu=use_cpu,
+        bf16=config.learner.bf16 and not use_cpu,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        disable_dropout=True,  # the engines sample without dropout; the loss should see the same policy
+        **sharding.fsdp_arguments(config),
+    )
 
 
 def _mean_over(updates: list[dict[str, float]]) -> dict[str, float]:
