@@ -10,6 +10,9 @@ and inside functions, attribute accesses) of every module of orchestrator/ and w
   `self`/`cls` unless the project itself defines `_name`;
 - the rollout pool is a front door: nothing outside orchestrator/rollout/ reaches into a pool's
   engines (`pool.engines`, `self.parts.pool.engines`: any `.engines` read on a name ending in `pool`);
+- failures are told apart by type where a type exists: no module tests whether a text is `in`
+  `str(x)`, `repr(x)`, `x.args` or `x.message` (raise a type of your own where a library gives none;
+  Ray's causes of an actor's death, which it gives only as text, are read in orchestrator/learner/death.py);
 - every function reads at once: at most MAX_FUNCTION_LINES lines (from `def` to its last line) and at
   most MAX_NESTING blocks deep (if, for, while, with, try, match; a nested function starts again).
 """
@@ -350,4 +353,42 @@ def test_the_check_catches_a_long_function_and_a_deep_one(tmp_path):
     assert long_or_deep_functions(project_modules(tmp_path), tmp_path) == [
         "orchestrator/code.py:1 deep: nested 5 blocks deep (at most 4)",
         "orchestrator/code.py:8 long: 62 lines (at most 60)",
+    ]
+
+
+def message_matches(modules: dict[str, Path], root: Path) -> list[str]:
+    """`"text" in str(x)` (or repr(x), x.args, x.message): recognising something, an error mostly, by its words."""
+    found = []
+    for path in modules.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)):
+                continue
+            for op, right in zip(node.ops, node.comparators):
+                if isinstance(op, (ast.In, ast.NotIn)) and _is_message(right):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: matches {ast.unparse(node)!r}: tell it by type")
+    return sorted(found)
+
+
+def _is_message(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("str", "repr"):
+        return True
+    return isinstance(node, ast.Attribute) and node.attr in ("args", "message")
+
+
+def test_no_failure_is_recognised_by_its_message():
+    assert message_matches(project_modules(ROOT), ROOT) == []
+
+
+def test_the_check_catches_a_message_match(tmp_path):
+    (tmp_path / "workers").mkdir()
+    (tmp_path / "workers" / "__init__.py").write_text("")
+    (tmp_path / "workers" / "code.py").write_text(
+        "def timed_out(error):\n"
+        "    return 'Timed out waiting' in str(error) or 'gone' not in error.args\n"
+        "def fine(names):\n"
+        "    return 'a' in names\n"
+    )
+    assert message_matches(project_modules(tmp_path), tmp_path) == [
+        "workers/code.py:2: matches \"'Timed out waiting' in str(error)\": tell it by type",
+        "workers/code.py:2: matches \"'gone' not in error.args\": tell it by type",
     ]

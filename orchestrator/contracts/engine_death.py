@@ -5,7 +5,8 @@ sync reports such an engine as dead instead of failing the run. Any other failur
 An engine whose weight load failed part-way is alive but unusable, so it counts as dead too.
 
 Failures are recognised by exception type: Ray's error for a dead actor, and, as the error or as
-the cause a Ray task error carries, vLLM's engine errors, a timeout, or a failed weight load.
+the cause a Ray task error carries, vLLM's engine errors, a timeout, a failed weight load, or a
+wedged engine.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ class WeightLoadFailedError(RuntimeError):
     generates again (it stays paused until it is replaced)."""
 
 
+class EngineWedgedError(RuntimeError):
+    """An engine that stopped answering health checks (orchestrator/rollout/health.py): replaced like a
+    dead one."""
+
+
 class EngineDiedError(RuntimeError):
     """An engine that is not vLLM's (a simulated one, bench/simulated_engines.py) died; vLLM's engines
     raise vLLM's own errors."""
@@ -30,7 +36,7 @@ class EngineDiedError(RuntimeError):
 def engine_death_types() -> tuple[type[BaseException], ...]:
     """The exception types that mean "replace it". `TimeoutError` is also `asyncio.TimeoutError`
     (Python 3.11+): a group past `rollout.request_timeout_s`, or an engine past a sync's deadline."""
-    deaths: tuple[type[BaseException], ...] = (TimeoutError, WeightLoadFailedError, EngineDiedError)
+    deaths: tuple[type[BaseException], ...] = (TimeoutError, WeightLoadFailedError, EngineWedgedError, EngineDiedError)
     # vLLM is not imported here: that takes seconds, and the driver has no other use for it. Nor does
     # it need to be: an engine's error reaches this process pickled, and unpickling a vLLM exception
     # imports the module that defines it, so while that module is not loaded no vLLM error exists here.
@@ -51,9 +57,14 @@ def is_engine_death(error: BaseException) -> bool:
 
 
 def reason(error: BaseException) -> str:
-    """One line: the underlying error's type and the first line of its message, and, when the engine
-    went down with its node, Ray's line saying so (it names the node; the first line does not)."""
+    """One line: the underlying error's type and the first line of its message; for Ray's report of a
+    dead actor, also its second sentence, which says why it died (its node died, naming the node; it
+    was killed; it exited). Ray writes the sentences unindented and the actor's details indented."""
+    import ray
+
     cause = getattr(error, "cause", None) or error
     lines = str(cause).splitlines() or [""]
-    node_lost = [line.strip() for line in lines[1:] if "node has died" in line][:1]
-    return f"{type(cause).__name__}: " + " ".join([lines[0][:200], *node_lost])
+    said = [lines[0][:200]]
+    if isinstance(cause, ray.exceptions.ActorDiedError):
+        said += [line.strip() for line in lines[1:] if line and not line[0].isspace()][:1]
+    return f"{type(cause).__name__}: " + " ".join(said)

@@ -20,3 +20,9 @@ class Terminated(BaseException):
     manager): the CLI prints the message and exits with 143, as a process ended by SIGTERM does. Like
     KeyboardInterrupt it is not an `Exception`, so no `except Exception` on the way mistakes it for a
     failure of what it interrupted."""
+
+
+class CollectiveTimeoutError(RuntimeError):
+    """A data-parallel learner rank gave up waiting in a collective call (the process group's timeout):
+    some peer neither answered nor died. Raised by the learner actor in place of torch's plain
+    RuntimeError, so the driver tells it apart by type (orchestrator/learner/group.py)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from orchestrator.contracts.errors import LearnerDiedError, UserError
+from orchestrator.contracts.errors import CollectiveTimeoutError, LearnerDiedError, UserError
 from orchestrator.contracts.learning import GRPOSettings
 from orchestrator.contracts.tokenizer import TokenizerBundle
 from orchestrator.learner.death import death_cause, oom_kills
@@ -156,7 +156,9 @@ class LearnerGroup:
                 self._call(doing, ready[0], refs.index(ready[0]))
             except ray.exceptions.RayTaskError as error:  # a collective call fails when a peer dies: that death is the cause
                 self._raise_death(doing, refs)
-                if _collective_timed_out(error):  # and no peer died: those that never answered hold the others
+                # and no peer died: a rank that gave up waiting in a collective call (NCCL's watchdog ends
+                # the waiting process instead: that is a death) was held by those that never answered
+                if isinstance(error.cause, CollectiveTimeoutError):
                     self._raise_silent(doing, refs, refs.index(ready[0]))
                 raise
         return [ray.get(ref) for ref in refs]
@@ -216,12 +218,6 @@ class LearnerGroup:
         if self._placement_group is not None:
             ray.util.remove_placement_group(self._placement_group)
             self._placement_group = None
-
-
-def _collective_timed_out(error: BaseException) -> bool:
-    """A rank's collective call gave up waiting for a peer: gloo's message. (NCCL's watchdog ends the
-    waiting process instead, which reaches the driver as that rank's death.)"""
-    return "Timed out waiting" in str(error)
 
 
 def _launch(cluster, config: GRPOSettings, model: str, tokenizer, resume_from: str | None, timeout_s: float):

@@ -28,14 +28,14 @@ import queue
 import time
 from collections.abc import Callable
 
-from orchestrator.contracts.engine_death import is_engine_death
+from orchestrator.contracts.engine_death import EngineWedgedError, is_engine_death
 from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.log import log
 from orchestrator.rollout.collector import ResultFreezer
 from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
 from orchestrator.rollout.engine_group import EngineFailedError, EngineGroup
-from orchestrator.rollout.health import EngineWedgedError, Watchdog
+from orchestrator.rollout.health import Watchdog
 
 WATCHDOG_TICK_S = 1.0  # how often the loop looks for wedged engines (each is asked every health_check_interval_s)
 

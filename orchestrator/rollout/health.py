@@ -23,11 +23,6 @@ import concurrent.futures
 import time
 from collections.abc import Callable, Iterable
 
-
-class EngineWedgedError(TimeoutError):
-    """An engine that stopped answering health checks (a TimeoutError: the pool replaces it)."""
-
-
 # On top of the engine's own deadline, for the answer to travel back through Ray on a busy machine.
 ANSWER_MARGIN_S = 15.0
 

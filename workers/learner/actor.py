@@ -7,12 +7,16 @@ holds them gathered whole).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from orchestrator.contracts.errors import CollectiveTimeoutError
 from orchestrator.contracts.learning import GRPOSettings, LearnerConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle
 from workers.host_memory import return_freed_memory
@@ -79,7 +83,8 @@ class Learner:
 
     def train_step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         self._keep_publication()
-        metrics = self._learner.train_step(batch)
+        with self._collective():
+            metrics = self._learner.train_step(batch)
         return_freed_memory()  # the step's gradients and activations: the engines load and generate next
         return metrics
 
@@ -144,8 +149,29 @@ class Learner:
         return ray.get_runtime_context().get_node_id()
 
     def save(self, folder: str) -> str:
-        self._learner.save(folder)
+        with self._collective():  # sharded, the ranks gather the weights and optimizer state together
+            self._learner.save(folder)
         return folder
+
+    @contextlib.contextmanager
+    def _collective(self):
+        """Around a call in which the data-parallel ranks meet: a plain RuntimeError (or a torch.distributed
+        backend error) that ends it once the group's collective timeout has passed is that timeout (gloo
+        says so only in words), raised as `CollectiveTimeoutError`."""
+        rank = self._start_args[4]
+        began = time.monotonic()
+        try:
+            yield
+        except RuntimeError as error:
+            # gloo's timeout is a plain RuntimeError (a backend's own error a DistBackendError); a subclass
+            # such as torch.OutOfMemoryError is something else, whenever it happens
+            collective = type(error) is RuntimeError or isinstance(error, torch.distributed.DistBackendError)
+            if rank is None or not collective or time.monotonic() - began < rank.timeout_s:
+                raise
+            raise CollectiveTimeoutError(
+                f"rank {rank.rank} of {rank.world_size} waited past the group's timeout ({rank.timeout_s:g}s) in a "
+                f"collective call: {error}"
+            ) from error
 
 
 def torch_threads(learner: LearnerConfig, cores: int, gpu: bool) -> int | None:

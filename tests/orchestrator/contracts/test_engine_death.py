@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ray
+
 from orchestrator.contracts.engine_death import WeightLoadFailedError, is_engine_death, reason
 
 # What Ray 2.60 says for an actor call whose node's raylet was killed (ids shortened)
@@ -17,18 +19,22 @@ The actor died because its node has died. Node Id: d1624691fa6c
 \tthe actor's node was terminated unexpectedly: health check failed due to missing too many heartbeats"""
 
 
-class ActorDiedError(Exception):
-    pass
+class ActorDiedError(ray.exceptions.ActorDiedError):
+    """Ray's error, with the text Ray 2.60 gave for a lost node."""
+
+    def __str__(self):
+        return NODE_LOST
 
 
 def test_a_lost_node_is_named():
-    assert reason(ActorDiedError(NODE_LOST)) == (
+    assert reason(ActorDiedError()) == (
         "ActorDiedError: The actor died unexpectedly before finishing this task. "
         "The actor died because its node has died. Node Id: d1624691fa6c"
     )
 
 
 def test_other_errors_give_their_first_line():
+    assert reason(RuntimeError(NODE_LOST)) == "RuntimeError: The actor died unexpectedly before finishing this task."
     assert reason(TimeoutError("group 3 missed rollout.request_timeout_s\ndetails")) == (
         "TimeoutError: group 3 missed rollout.request_timeout_s"
     )
