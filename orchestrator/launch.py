@@ -129,7 +129,23 @@ def start_training(
         config = config.model_copy(update={"learner": config.learner.model_copy(update={"torch_threads": learner_cores})})
     bundle = bundle_tokenizer(tokenizer)
     learner = LearnerGroup.start(cluster, config, model, bundle, resume_from, rollout.startup_timeout_s)
-    scorers = reward_models.RewardModelGroup.start(config)
+    scorers = None
+    try:
+        scorers = reward_models.RewardModelGroup.start(config, rollout.startup_timeout_s)
+        components = _start_engines(config, cluster, tokenizer, bundle, learner, learner_cores, policy_version, max_prompt_tokens)
+    except BaseException:  # nothing started is left running: the driver may go on (tests, bench) or stop
+        learner.shutdown()
+        if scorers is not None:
+            scorers.shutdown()
+        raise
+    return dataclasses.replace(components, reward_models=scorers)
+
+
+def _start_engines(
+    config, cluster, tokenizer, bundle, learner, learner_cores: int, policy_version: int, max_prompt_tokens: int | None
+) -> Components:
+    """The pool on the learner's weights (the second half of `start_training`)."""
+    rollout = config.rollout
     engine_files = _engine_files(bundle, learner, lora=config.lora is not None)
     warning = dtype_warning(cluster.device, rollout.dtype, config.learner.bf16, config.vllm_importance_sampling_correction)
     if warning:
@@ -155,8 +171,12 @@ def start_training(
         learner_cores=learner_cores,
     )
     if together:
-        pool.sync_weights(weights)  # engines it finds dead are replaced, and load the weights as they are admitted
-    return Components(learner=learner, pool=pool, weights=weights, tokenizer=tokenizer, reward_models=scorers)
+        try:
+            pool.sync_weights(weights)  # engines it finds dead are replaced, and load the weights as they are admitted
+        except BaseException:
+            pool.shutdown()
+            raise
+    return Components(learner=learner, pool=pool, weights=weights, tokenizer=tokenizer)
 
 
 def _check_local_torch(cluster) -> None:

@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 from orchestrator.contracts import user_functions
 from orchestrator.contracts.learning import GRPOSettings
 from orchestrator.contracts.paths import PATH, SPEC
-from orchestrator.contracts.reward_models import RewardModelSettings
+from orchestrator.contracts.reward_models import RewardModelSettings, reward_name
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.strict import StrictModel
@@ -217,6 +217,13 @@ class TrainConfig(GRPOSettings):
             raise ValueError(
                 f"reward_processing_classes has {len(self.reward_processing_classes)} entries but reward_funcs has "
                 f"{len(self.reward_funcs)}: give one per reward_funcs entry (null where none)"
+            )
+        names = [reward_name(spec) for spec in self.reward_funcs]
+        if len(set(names)) < len(names):
+            twice = sorted({name for name in names if names.count(name) > 1})
+            raise ValueError(
+                f"reward_funcs names {twice[0]!r} twice (a reward model is named by the last part of its path or id, "
+                f"as in TRL): each entry's scores are recorded as rewards/<name>, so each needs a name of its own"
             )
         if not self.reward_funcs:
             raise ValueError("reward_funcs is empty: at least one reward function is needed")

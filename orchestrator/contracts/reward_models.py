@@ -30,8 +30,8 @@ class RewardModelSettings(StrictModel):
     workers: int = Field(
         1,
         ge=1,
-        description="Ray actors that serve the reward models (each holds every reward model of the run); a reward "
-        "task's groups go to one of them. More workers score more groups at once.",
+        description="Ray actors that serve the reward models (each holds every reward model of the run); each reward "
+        "task's samples are split evenly over them, so more workers score a task's samples sooner.",
     )
     num_cpus: float = Field(1.0, ge=0.0, description="Ray CPUs each reward-model worker reserves.")
     num_gpus: float = Field(0.0, ge=0.0, description="GPUs each reward-model worker reserves (a fraction shares one).")
@@ -39,7 +39,7 @@ class RewardModelSettings(StrictModel):
         8192,
         ge=1,
         description="Token slots (longest sequence x rows) of one forward pass: a task's samples are sorted by length "
-        "and scored in batches under this. The scores do not depend on it.",
+        "and scored in batches under this. The scores do not depend on it (up to float rounding).",
     )
     max_restarts: int = Field(
         3,

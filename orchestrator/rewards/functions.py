@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Mapping
 
 from orchestrator.contracts import builtins, user_functions
-from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.errors import RunError, UserError
 from orchestrator.contracts.reward_models import is_model, reward_name
 from orchestrator.contracts.user_functions import UserFile
 
@@ -36,13 +36,25 @@ def resolve(spec: str, files: Mapping[str, UserFile] | None = None, reward_model
     return user_functions.resolve(spec, "reward_funcs", builtins.REWARDS, files)
 
 
+class RewardModelLostError(RunError):
+    """A reward-model worker died for good (past `reward_models.max_restarts`): every later score would
+    fail too, so the run stops instead of scoring `reward_error_score` from then on."""
+
+
 def _model_reward(spec: str, workers: list) -> Callable:
+    """A reward function whose scores come from the workers: the samples split evenly over them."""
+
     def reward(prompts, completions, **kwargs):
         import ray
 
-        groups = kwargs.get("group_id") or [0]
-        worker = workers[groups[0] % len(workers)]  # a task's groups go to one worker, spread by group
-        return ray.get(worker.score.remote(spec, list(prompts), list(completions)))
+        count = len(prompts)
+        bounds = [count * i // len(workers) for i in range(len(workers) + 1)]
+        parts = [(worker, start, stop) for worker, start, stop in zip(workers, bounds, bounds[1:]) if stop > start]
+        refs = [worker.score.remote(spec, list(prompts[a:b]), list(completions[a:b])) for worker, a, b in parts]
+        try:
+            return [score for part in ray.get(refs) for score in part]
+        except ray.exceptions.RayActorError as error:
+            raise RewardModelLostError(f"reward model {spec!r}: a worker died past reward_models.max_restarts: {error}") from None
 
     reward.__name__ = spec
     return reward
@@ -84,6 +96,8 @@ def score(
             if isinstance(result, Exception):
                 raise result
             values = _check(spec, result, len(prompts))
+        except RewardModelLostError:
+            raise
         except RewardError:
             if error_score is None:
                 raise

@@ -81,9 +81,9 @@ class RewardModelGroup:
         self.workers = workers
 
     @classmethod
-    def start(cls, config) -> RewardModelGroup | None:
+    def start(cls, config, timeout_s: float) -> RewardModelGroup | None:
         """Start `reward_models.workers` actors holding every reward model of the run, and wait until each
-        has loaded them; None when the run has no reward model."""
+        has loaded them (at most `timeout_s`); None when the run has no reward model."""
         import ray
 
         from workers.reward_models.actor import RewardModelWorker
@@ -101,10 +101,18 @@ class RewardModelGroup:
         if _reward_nodes():
             options["label_selector"] = {ROLE_LABEL: REWARD_ROLE}
         actor = ray.remote(RewardModelWorker).options(**options)
-        workers = [actor.remote(served, settings.max_batch_tokens) for _ in range(settings.workers)]
+        device = "cuda" if settings.num_gpus else "cpu"  # an actor that reserved no GPU still sees them all
+        workers = [actor.remote(served, settings.max_batch_tokens, device) for _ in range(settings.workers)]
         group = cls(workers)
         try:
-            nodes = ray.get([worker.node.remote() for worker in workers])
+            nodes = ray.get([worker.node.remote() for worker in workers], timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            group.shutdown()
+            raise UserError(
+                f"reward_models: {settings.workers} worker(s) of {settings.num_cpus:g} CPU(s) and {settings.num_gpus:g} "
+                f"GPU(s) did not start within {timeout_s:g}s: no node has them free (lower reward_models.num_cpus or "
+                "num_gpus, or add nodes; labelled role=reward, if any node is)"
+            ) from None
         except ray.exceptions.RayActorError as error:
             group.shutdown()
             raise UserError(f"reward_models: a worker could not load the reward models: {error}") from None

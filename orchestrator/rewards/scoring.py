@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.errors import RunError, UserError
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 
 # Names the reward call itself uses; a dataset column with one of these names is not forwarded.
@@ -294,12 +294,13 @@ def merge_scores(per_group: list[dict]) -> dict:
 
 
 def unwrap(ref):
-    """ray.get, re-raising a user-facing error from a task as itself (no Ray traceback)."""
+    """ray.get, re-raising a user-facing error from a task (a `UserError`, or a `RunError` such as a lost
+    reward model) as itself (no Ray traceback)."""
     import ray
 
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as error:
-        if isinstance(error.cause, UserError):
+        if isinstance(error.cause, (UserError, RunError)):
             raise error.cause from None
         raise

@@ -62,7 +62,6 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
     check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
     records = [{"prompt": prompt} for prompt in data.prompts]
     records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.prompts)
-    reward_models.check(config, conversational=chat)
     prompt_ids = tokenize_prompts([record["prompt"] for record in records], tokenizer, chat)
     kept = _check_prompt_lengths(prompt_ids, config)
     dropped = len(records) - len(kept)
@@ -74,6 +73,7 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
     prompts = [record["prompt"] for record in records]
     columns = select(data.columns, kept) if dropped else data.columns
     eval_set = _eval_set(config, tokenizer, tokenizer_name, model)
+    reward_models.check(config, conversational=chat or (eval_set is not None and eval_set.conversations is not None))
     longest = max(lengths + [len(ids) for ids in (eval_set.prompt_ids if eval_set else [])])
     ids = Ragged.of(prompt_ids, np.int32)
     return Checked(model, tokenizer_name, tokenizer, prompts, columns, ids, dropped, longest, conversations, eval_set, template)

@@ -12,7 +12,9 @@ tokens and padded on the right, and the reward is `logits[:, 0]`.
 TRL scores a whole step in one forward pass. Here a call's samples are sorted by length and scored in
 batches of at most `max_batch_tokens` token slots, so a large step cannot run the worker out of
 memory and little of each batch is padding; a sample's score does not depend on its batch (the
-attention mask hides the padding).
+attention mask hides the padding), up to float rounding where kernels differ with the batch's shape.
+TRL with `bf16` (its default on a GPU) runs the reward model under bf16 autocast; here it runs in
+the checkpoint's dtype.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import torch
 
 
 class SequenceClassifier:
-    def __init__(self, model: str, tokenizer: str | None = None, max_batch_tokens: int = 8192):
+    def __init__(self, model: str, tokenizer: str | None = None, max_batch_tokens: int = 8192, device: str | None = None):
+        """`device`: where the model runs (default: a GPU if this process sees one)."""
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = AutoModelForSequenceClassification.from_pretrained(model, num_labels=1).to(self.device).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer or model)
         if self.tokenizer.pad_token_id is None:

@@ -15,6 +15,7 @@ from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.reward_models import is_model, reward_name
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.rewards import models
+from orchestrator.rewards.functions import RewardModelLostError
 from orchestrator.rewards.scoring import RewardScorer
 
 
@@ -50,6 +51,8 @@ def test_what_trls_convention_cannot_score_is_refused_naming_the_key(tiny, tmp_p
         models.check(_config(rm, reward_processing_classes=[None, "/nowhere/tok"]), conversational=False)
     with pytest.raises(ValueError, match="reward_processing_classes has 1 entries but reward_funcs has 2"):
         _config(rm, reward_processing_classes=[None])
+    with pytest.raises(ValueError, match="reward_funcs names 'model' twice"):  # two folders called model
+        TrainConfig(reward_funcs=[rm, str(two_labels / ".." / "other" / "model")])
 
 
 def _groups(prompt: str, completions: list[list[str]]):
@@ -62,7 +65,7 @@ def _groups(prompt: str, completions: list[list[str]]):
 
 
 def _score(config, group, requests, results) -> dict:
-    scorer = RewardScorer(config.reward_funcs, config.reward_weights, None, reward_models=group.workers)
+    scorer = RewardScorer(config.reward_funcs, config.reward_weights, config.reward_error_score, reward_models=group.workers)
     rewards = scorer.begin(requests)
     for result in results:
         rewards.add(result)
@@ -72,7 +75,7 @@ def _score(config, group, requests, results) -> dict:
 def test_a_step_is_scored_by_the_workers_and_a_worker_killed_mid_batch_rescores_it(ray_session):
     rm = str(short_preferring_reward_model())
     config = _config(rm, reward_weights=[0.0, 1.0], reward_models={"workers": 2, "num_cpus": 0})
-    group = models.RewardModelGroup.start(config)
+    group = models.RewardModelGroup.start(config, timeout_s=120)
     try:
         prompt = "Q: what is apple ? A:"
         requests, results = _groups(prompt, [[" apple", " <search> apple </search>"], [" a b c d e f g h", " x"]])
@@ -86,6 +89,10 @@ def test_a_step_is_scored_by_the_workers_and_a_worker_killed_mid_batch_rescores_
         ray.kill(group.workers[0], no_restart=False)  # dies with the call in flight; Ray restarts it
         assert ray.get(pending, timeout=120) == pytest.approx(_expected(rm, [prompt + c for c in completions]), abs=1e-4)
         assert _score(config, group, requests, results)["rewards/model"] == pytest.approx(expected, abs=1e-4)
+
+        ray.kill(group.workers[1], no_restart=True)  # gone for good: the run stops, whatever reward_error_score says
+        with pytest.raises(RewardModelLostError, match=r"reward model '.*model': a worker died past reward_models.max_restarts"):
+            _score(config.model_copy(update={"reward_error_score": -1.0}), group, requests, results)
     finally:
         group.shutdown()
 

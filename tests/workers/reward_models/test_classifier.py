@@ -33,9 +33,10 @@ def trl_rewards(tiny, reward_model: str, prompts: list, completions: list) -> np
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
+    # bf16 off: with it (TRL's default on a GPU) TRL scores under bf16 autocast, the worker in the checkpoint's dtype
     cpu = not torch.cuda.is_available()
     args = GRPOConfig(
-        output_dir="unused", per_device_train_batch_size=3, num_generations=3, report_to=[], use_cpu=cpu, bf16=not cpu
+        output_dir="unused", per_device_train_batch_size=3, num_generations=3, report_to=[], use_cpu=cpu, bf16=False
     )
     trainer = GRPOTrainer(
         model=str(tiny.model_dir),
