@@ -79,7 +79,7 @@ def test_relative_paths_in_a_config_file_are_read_from_its_folder(tmp_path, monk
         "model: Qwen/Qwen2-0.5B\n"  # a hub name: nothing by that name beside the file
         "prompts: data/train.jsonl\n"
         "eval_prompts: builtin:arithmetic_eval\n"
-        "reward_funcs: [my_reward.py:score, builtin:search_call, orchestrator.builtin.search_task:search_call_reward, rm, org/rm]\n"
+        "reward_funcs: [my_reward.py:score, builtin:search_call, orchestrator.builtin.search_task:search_call_reward, rm, org/other-rm]\n"
         "reward_processing_classes: [null, null, null, rm, org/tok]\n"
         "chat_template: '{{ messages }}'\n"
         "tools: [{name: look, fn: 'tools.py:look', begin: '<search>', end: '</search>'}]\n"
@@ -95,7 +95,7 @@ def test_relative_paths_in_a_config_file_are_read_from_its_folder(tmp_path, monk
         "builtin:search_call",
         "orchestrator.builtin.search_task:search_call_reward",
         str(folder / "rm"),
-        "org/rm",  # a hub id: nothing by that name beside the file
+        "org/other-rm",  # a hub id: nothing by that name beside the file
     ]
     assert config.reward_processing_classes == [None, None, None, str(folder / "rm"), "org/tok"]
     assert config.tools[0].fn == f"{folder / 'tools.py'}:look"
