@@ -32,7 +32,8 @@ def check(config, conversational: bool) -> None:
     a tokenizer with neither pad nor EOS token, or one without a chat template in a conversational run."""
     from transformers import AutoConfig, AutoTokenizer
 
-    for index, spec in enumerate(config.reward_funcs):
+    tokenizers = config.reward_processing_classes or [None] * len(config.reward_funcs)
+    for index, (spec, tokenizer_name) in enumerate(zip(config.reward_funcs, tokenizers)):
         if not is_model(spec):
             continue
         key = f"reward_funcs[{index}]"
@@ -43,7 +44,6 @@ def check(config, conversational: bool) -> None:
                 f"{key}: {spec!r} is neither a reward function ('file.py:name') nor a model: {_first_line(error)}"
             ) from None
         _check_classifier(key, spec, model_config)
-        tokenizer_name = (config.reward_processing_classes or [None] * len(config.reward_funcs))[index]
         tokenizer_key = f"reward_processing_classes[{index}]" if tokenizer_name else key
         try:
             tokenizer = AutoTokenizer.from_pretrained(tokenizer_name or spec)

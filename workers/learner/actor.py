@@ -38,6 +38,7 @@ class Learner:
         as the actor's death, in words; one raised by `start` reaches the driver as itself, so that a
         problem the user can fix (`UserError`) is told as one."""
         self._start_args = (config, model, tokenizer, resume_from, rank)
+        self._rank = rank
 
     def start(self) -> str:
         """Load the model (and the checkpoint to resume from), as one data-parallel rank when given;
@@ -158,7 +159,7 @@ class Learner:
         """Around a call in which the data-parallel ranks meet: a plain RuntimeError (or a torch.distributed
         backend error) that ends it once the group's collective timeout has passed is that timeout (gloo
         says so only in words), raised as `CollectiveTimeoutError`."""
-        rank = self._start_args[4]
+        rank = self._rank
         began = time.monotonic()
         try:
             yield

@@ -45,13 +45,11 @@ class SequenceClassifier:
 
     def score(self, prompts: list, completions: list) -> list[float]:
         """One reward per sample (prompt + completion), in the order given."""
-        texts = self.texts(prompts, completions)
-        lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
-        scores = [0.0] * len(texts)
-        for batch in self._batches(lengths):
-            inputs = self.tokenizer(
-                [texts[i] for i in batch], return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False
-            ).to(self.device)
+        ids = self.tokenizer(self.texts(prompts, completions), add_special_tokens=False)["input_ids"]  # once
+        scores = [0.0] * len(ids)
+        for batch in self._batches([len(row) for row in ids]):
+            rows = {"input_ids": [ids[i] for i in batch]}
+            inputs = self.tokenizer.pad(rows, padding=True, padding_side="right", return_tensors="pt").to(self.device)
             with torch.inference_mode():
                 logits = self.model(**inputs).logits[:, 0].float().tolist()
             for i, value in zip(batch, logits):
