@@ -15,6 +15,7 @@ import json
 import os
 
 from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.judges import pools as judge_pools
 from orchestrator.learner.group import LearnerGroup
 from orchestrator.learner.weights import PolicyWeights
 from orchestrator.log import log
@@ -42,7 +43,7 @@ def connect(num_cpus: float, num_gpus: float | None = None) -> Cluster:
 
 
 def rollout_cpus(config: RolloutConfig) -> float:
-    return config.engines * config.num_cpus_per_engine
+    return config.reserved_cpus()
 
 
 def start_pool(
@@ -78,12 +79,15 @@ class Components:
     weights: PolicyWeights  # the policy version the engines serve, and how it reaches them
     tokenizer: object  # the canonical tokenizer, loaded on the driver
     reward_models: RewardModelGroup | None = None  # the workers serving reward_funcs' models, if it names any
+    judges: judge_pools.JudgePools | None = None  # the judges' routers and engine pools, if the run names any
 
     def shutdown(self) -> None:
         self.pool.shutdown()
         self.learner.shutdown()
         if self.reward_models is not None:
             self.reward_models.shutdown()
+        if self.judges is not None:
+            self.judges.shutdown()
 
 
 def async_learner_cores(config, cluster) -> int:
@@ -121,7 +125,8 @@ def start_training(
     rollout = config.rollout
     reward_model_cpus = config.reward_models.num_cpus * config.reward_models.workers if reward_models.models(config) else 0
     # +1: reward tasks
-    cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus * config.learner.workers + reward_model_cpus + 1)
+    scoring_cpus = reward_model_cpus + judge_pools.judge_cpus(config) + 1
+    cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus * config.learner.workers + scoring_cpus)
     _check_local_torch(cluster)
     config = with_learner_gpus(config, local=cluster.placement.mode == "local")  # learner.num_gpus null -> 0 or 1
     learner_cores = async_learner_cores(config, cluster)
@@ -129,16 +134,19 @@ def start_training(
         config = config.model_copy(update={"learner": config.learner.model_copy(update={"torch_threads": learner_cores})})
     bundle = bundle_tokenizer(tokenizer)
     learner = LearnerGroup.start(cluster, config, model, bundle, resume_from, rollout.startup_timeout_s)
-    scorers = None
+    scorers = judges = None
     try:
         scorers = reward_models.RewardModelGroup.start(config, rollout.startup_timeout_s)
+        contexts = judge_pools.check(config, max_prompt_tokens or config.max_prompt_length or 0)
+        judges = judge_pools.JudgePools.start(config, cluster, contexts, rollout.startup_timeout_s)
         components = _start_engines(config, cluster, tokenizer, bundle, learner, learner_cores, policy_version, max_prompt_tokens)
     except BaseException:  # nothing started is left running: the driver may go on (tests, bench) or stop
         learner.shutdown()
-        if scorers is not None:
-            scorers.shutdown()
+        for started in (scorers, judges):
+            if started is not None:
+                started.shutdown()
         raise
-    return dataclasses.replace(components, reward_models=scorers)
+    return dataclasses.replace(components, reward_models=scorers, judges=judges)
 
 
 def _start_engines(

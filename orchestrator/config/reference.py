@@ -74,7 +74,9 @@ def fields(model: type[BaseModel]) -> list[tuple[str, FieldInfo]]:
 
 
 def _nested_key(key: str, name: str, field: FieldInfo) -> str:
-    return (f"{key}.{name}" if key else name) + ("[]" if _is_list(field.annotation) else "")
+    """A nested section's key: `a.b`, `a.b[]` for a list of sections, `a.b.<name>` for named ones (`judges`)."""
+    suffix = "[]" if _is_list(field.annotation) else ".<name>" if typing.get_origin(field.annotation) is dict else ""
+    return (f"{key}.{name}" if key else name) + suffix
 
 
 def _is_list(annotation) -> bool:
@@ -230,13 +232,16 @@ def _yaml_lines(model: type[BaseModel], indent: str) -> list[str]:
         else:
             lines.append(f"{indent}{name}: {_yaml_value(value)}")
         if nested is not None and not isinstance(value, BaseModel):  # off by default: its keys, commented out
-            lines += _commented_section(name, nested, indent, _is_list(field.annotation))
+            named = typing.get_origin(field.annotation) is dict  # named sections (`judges`): one shown as NAME
+            lines += _commented_section(name, nested, indent, _is_list(field.annotation), named)
     return lines
 
 
-def _commented_section(name: str, model: type[BaseModel], indent: str, is_list: bool) -> list[str]:
-    """The keys of a section that is off (null, or an empty list) by default, as YAML commented out."""
-    body = _yaml_lines(model, indent + ("    " if is_list else "  "))
+def _commented_section(name: str, model: type[BaseModel], indent: str, is_list: bool, named: bool = False) -> list[str]:
+    """The keys of a section that is off (null, an empty list or mapping) by default, as YAML commented out."""
+    body = _yaml_lines(model, indent + ("    " if is_list or named else "  "))
+    if named:
+        body.insert(0, f"{indent}  NAME:")
     if is_list:  # the item's first key takes the list's dash, and its comment moves out to the dash
         first = next(index for index, line in enumerate(body) if not line.lstrip().startswith("#"))
         body[:first] = [indent + "  " + line.lstrip() for line in body[:first]]

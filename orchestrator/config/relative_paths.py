@@ -31,7 +31,10 @@ def from_config_folder(data: dict, model: type[BaseModel], folder: Path) -> dict
                 [_resolve(item, kind, folder) for item in value] if isinstance(value, list) else _resolve(value, kind, folder)
             )
         elif (section := section_model(field.annotation)) is not None:
-            out[name] = _section_from_config_folder(value, section, folder)
+            if typing.get_origin(field.annotation) is dict and isinstance(value, dict):  # named sections (`judges`)
+                out[name] = {key: _section_from_config_folder(item, section, folder) for key, item in value.items()}
+            else:
+                out[name] = _section_from_config_folder(value, section, folder)
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from orchestrator.contracts import user_functions
+from orchestrator.contracts.judges import JudgeSettings
 from orchestrator.contracts.learning import GRPOSettings
 from orchestrator.contracts.paths import PATH, SPEC
 from orchestrator.contracts.reward_models import RewardModelSettings, reward_name
@@ -89,6 +90,11 @@ class TrainConfig(GRPOSettings):
     )
     reward_models: RewardModelSettings = Field(
         default_factory=RewardModelSettings, description="The actor group that serves the reward models in reward_funcs."
+    )
+    judges: dict[str, JudgeSettings] = Field(
+        default_factory=dict,
+        description="LLM judges by name: frozen models, each served by an engine pool of its own, that reward "
+        "functions ask through their `judges` keyword argument (docs: guides/judges).",
     )
     reward_error_score: float | None = Field(
         None,

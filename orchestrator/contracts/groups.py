@@ -48,6 +48,9 @@ class Sample:
     tool_mask: list[int] | None = None  # None: every token is the model's
     turns: int = 1
     tool_calls: list[ToolCall] = dataclasses.field(default_factory=list)
+    # With `sampling.top_logprobs` k > 0: at each position, the k most likely token ids and their logprobs
+    # (under the distribution sampled, as `logprobs`). None otherwise.
+    top_logprobs: list[dict[int, float]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

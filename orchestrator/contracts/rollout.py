@@ -85,6 +85,10 @@ class RolloutConfig(StrictModel):
         "values vLLM accepts). null: the smallest of them that holds lora.r. Larger costs engine memory.",
     )
 
+    def reserved_cpus(self) -> float:
+        """The Ray CPUs all the engines reserve."""
+        return self.engines * self.num_cpus_per_engine
+
     def weight_dtype(self, device: str) -> str | None:
         """The engines' weight dtype where it is known before they start: `dtype`, float32 for 'auto' on
         CPU, None for 'auto' on GPU (vLLM decides from the checkpoint)."""

@@ -26,3 +26,13 @@ class SamplingConfig(StrictModel):
         description="Drop special tokens from the text. Off: added tokens such as <search> stay visible, and "
         "special-token stop strings can fire (with it on they never do).",
     )
+    top_logprobs: int = Field(
+        0,
+        ge=0,
+        le=20,
+        description="Also return the logprobs of the k most likely tokens at each position (OpenAI's name; vLLM's "
+        "`logprobs`). Judge calls use it; rollouts leave it 0.",
+    )
+    allowed_token_ids: list[int] | None = Field(
+        None, description="Sample only among these tokens (vLLM's name). Judge calls use it to ask for one of a few answers."
+    )

@@ -74,6 +74,7 @@ def score(
     error_score: float | None = None,
     user_files: Mapping[str, UserFile] | None = None,
     reward_models: list | None = None,
+    judges: dict | None = None,
     **kwargs,
 ) -> dict[str, list[float]]:
     """Every reward function on every sample, plus their weighted sum under "reward".
@@ -84,33 +85,19 @@ def score(
     returns NaN, and a sample that no function scores, stop the run with an error naming the function
     and the sample, unless `error_score` is set: then that sample scores `error_score` and is counted
     under "reward_errors". `user_files`: the reward files as the driver read them (`ship`), loaded
-    instead of this node's copies; `reward_models`: the reward-model workers, for specs that are models."""
+    instead of this node's copies; `reward_models`: the reward-model workers, for specs that are models;
+    `judges`: {name: Judge} (orchestrator/judges/client.py), given to every function as its `judges`
+    keyword argument when the run has any."""
     weights = weights or [1.0] * len(specs)
     fns = {spec: resolve(spec, user_files, reward_models) for spec in specs}  # each file's module is loaded once per process
     args = {"prompts": prompts, "completions": completions, "completion_ids": completion_ids, **kwargs}
-    returned = _call_all(fns, args)
+    shared = {"judges": judges} if judges else {}  # the same for every sample: never cut per sample
+    returned = _call_all(fns, args, shared)
     scores, errors = {}, 0
     for spec in specs:
-        fn, result = fns[spec], returned[spec]
-        try:
-            if isinstance(result, Exception):
-                raise result
-            values = _check(spec, result, len(prompts))
-        except RewardModelLostError:
-            raise
-        except RewardError:
-            if error_score is None:
-                raise
-            values, failed = _per_sample(fn, args, len(prompts), error_score)
-            errors += failed
-        except Exception as error:
-            if error_score is None:
-                index = _first_failing(fn, args, len(prompts))
-                where = f" on sample {index} ({_describe(index, completions, kwargs)})" if index is not None else ""
-                raise RewardError(f"reward function {spec!r} raised {type(error).__name__}: {error}{where}") from None
-            values, failed = _per_sample(fn, args, len(prompts), error_score)
-            errors += failed
+        values, failed = _values(spec, fns[spec], returned[spec], args, shared, error_score)
         scores[f"rewards/{reward_name(spec)}"] = values
+        errors += failed
     total, unscored = _weighted_sum([scores[f"rewards/{reward_name(spec)}"] for spec in specs], weights)
     if unscored:
         if error_score is None:
@@ -127,13 +114,35 @@ def score(
     return scores
 
 
-def _call_all(fns: dict[str, Callable], args: dict) -> dict[str, object]:
+def _values(spec: str, fn: Callable, result, args: dict, shared: dict, error_score: float | None) -> tuple[list[float], int]:
+    """One function's scores from what it returned on the batch (`result`, or the exception it raised),
+    and how many samples scored `error_score` because it failed on them (each then scored alone)."""
+    count = len(args["prompts"])
+    try:
+        if isinstance(result, Exception):
+            raise result
+        return _check(spec, result, count), 0
+    except RewardModelLostError:
+        raise
+    except RewardError:
+        if error_score is None:
+            raise
+        return _per_sample(fn, args, shared, count, error_score)
+    except Exception as error:
+        if error_score is None:
+            index = _first_failing(fn, args, shared, count)
+            where = f" on sample {index} ({_describe(index, args['completions'], args)})" if index is not None else ""
+            raise RewardError(f"reward function {spec!r} raised {type(error).__name__}: {error}{where}") from None
+        return _per_sample(fn, args, shared, count, error_score)
+
+
+def _call_all(fns: dict[str, Callable], args: dict, shared: dict) -> dict[str, object]:
     """Each function's return value (or the exception it raised) on the whole batch; what async
     functions return is awaited, all of them together."""
     returned, pending = {}, {}
     for spec, fn in fns.items():
         try:
-            result = fn(**args)
+            result = fn(**args, **shared)
         except Exception as error:
             returned[spec] = error
             continue
@@ -163,9 +172,9 @@ def _weighted_sum(per_function: list[list[float]], weights: list[float]) -> tupl
     return total, [index for index, done in enumerate(scored) if not done]
 
 
-def _one(fn, args: dict, i: int):
+def _one(fn, args: dict, shared: dict, i: int):
     """`fn` on sample i alone (awaited if it is async)."""
-    result = fn(**{key: value[i : i + 1] for key, value in args.items()})
+    result = fn(**{key: value[i : i + 1] for key, value in args.items()}, **shared)
     return asyncio.run(_awaited(result)) if inspect.isawaitable(result) else result
 
 
@@ -173,11 +182,11 @@ async def _awaited(result):
     return await result
 
 
-def _first_failing(fn, args: dict, count: int) -> int | None:
+def _first_failing(fn, args: dict, shared: dict, count: int) -> int | None:
     """Find which sample makes a batch call fail, by scoring samples one at a time."""
     for i in range(count):
         try:
-            values = _one(fn, args, i)
+            values = _one(fn, args, shared, i)
             if len(values) != 1 or (values[0] is not None and math.isnan(float(values[0]))):
                 return i
         except Exception:
@@ -185,12 +194,12 @@ def _first_failing(fn, args: dict, count: int) -> int | None:
     return None
 
 
-def _per_sample(fn, args: dict, count: int, error_score: float) -> tuple[list[float], int]:
+def _per_sample(fn, args: dict, shared: dict, count: int, error_score: float) -> tuple[list[float], int]:
     """Each sample scored alone; one that fails scores `error_score` (None still means "not applicable")."""
     values, failed = [], 0
     for i in range(count):
         try:
-            value = _one(fn, args, i)[0]
+            value = _one(fn, args, shared, i)[0]
             if value is None:
                 value = math.nan  # not applicable: left out of the weighted sum
             elif math.isnan(value := float(value)):

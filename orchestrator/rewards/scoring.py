@@ -50,6 +50,7 @@ RESERVED_REWARD_KWARGS = {
     "stop_reason",
     "user_files",
     "reward_models",
+    "judges",
 }
 
 
@@ -65,6 +66,7 @@ class RewardScorer:
         timeout_s: float | None = None,
         num_cpus: float = 0.0,
         reward_models: list | None = None,
+        judges: dict | None = None,
     ):
         """`columns[i]`: prompt i's other dataset columns (reward functions get them as kwargs; a
         dataset's stay in Arrow until a task reads its rows: data/prompt_data.py's ArrowRows);
@@ -74,11 +76,13 @@ class RewardScorer:
         `[{"role": "assistant", "content": ...}]`) instead of the rendered texts;
         `timeout_s`: each reward task's deadline (`reward_timeout_s`; None: none); `num_cpus`: the Ray CPUs
         each task reserves (`reward_num_cpus`); `reward_models`: the reward-model workers
-        (rewards/models.py), when reward_funcs names models."""
+        (rewards/models.py), when reward_funcs names models; `judges`: {name: Judge} (orchestrator/judges/),
+        each reward function's `judges` argument."""
         from orchestrator.rewards.functions import ship
 
         self.num_cpus = num_cpus
         self.reward_models = reward_models
+        self.judges = judges
         self.reward_funcs = reward_funcs
         self.files = ship(reward_funcs)  # the reward files as the driver read them: each task loads these
         self.conversations = conversations
@@ -137,6 +141,7 @@ class RewardScorer:
             error_score=self.error_score,
             user_files=self.files,
             reward_models=self.reward_models,
+            judges=self.judges,
             **fields,
         )
 

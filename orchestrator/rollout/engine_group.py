@@ -57,6 +57,7 @@ class EngineGroup:
         engine_files: TokenizerBundle | None = None,
         launcher: EngineLauncher | None = None,
         learner_cores: int = 0,
+        name: str | None = None,
     ):
         """`cluster` is where engines go (orchestrator.launch.Cluster: placement and device).
         `tokenizer` is the canonical tokenizer object; `model` a path or name, or None when the
@@ -64,12 +65,15 @@ class EngineGroup:
         beside the tokenizer, and `on_engine_ready` must load the weights). `engine_files` is what is
         shipped to the engines (default: the canonical tokenizer's files).
         `launcher` starts the engines (default: one vLLM `RolloutWorker` actor each). `learner_cores`: on a
-        one-node CPU cluster, the node's last cores kept for a learner that trains while engines generate."""
+        one-node CPU cluster, the node's last cores kept for a learner that trains while engines generate.
+        `name`: the engines are Ray actors named `<name>-engine-<id>` (a judge's pool names its engines
+        after the judge); None: unnamed."""
         self.cluster = cluster
         self.model = model
         self.launcher = launcher or ActorLauncher()
         self.config = config
         self.seed = seed
+        self.name = name
         self.expected = fingerprint(tokenizer)
         self.bundle = engine_files or bundle_tokenizer(tokenizer)
         self.actors: dict[int, object] = {}  # serving engines only
@@ -133,6 +137,8 @@ class EngineGroup:
         config = self.config
         if self._cores is not None:
             config = config.model_copy(update={"cpu_threads_bind": self._cores.take(engine_id)})
+        if self.name is not None:
+            options = {**options, "name": f"{self.name}-engine-{engine_id}"}
         actor = self.launcher.launch(
             engine_id, self.model, self._bundle_ref, config, self.cluster.device, self.seed + engine_id, options
         )

@@ -50,8 +50,9 @@ class EvalSet:
 
 
 class Evaluation:
-    def __init__(self, config: TrainConfig, eval_set: EvalSet, reward_models: list | None = None):
-        """`reward_models`: the run's reward-model workers (rewards/models.py), when reward_funcs names models."""
+    def __init__(self, config: TrainConfig, eval_set: EvalSet, reward_models: list | None = None, judges: dict | None = None):
+        """`reward_models`: the run's reward-model workers (rewards/models.py), when reward_funcs names models;
+        `judges`: the reward functions' judge clients (orchestrator/judges/), when the run has judges."""
         self.config = config
         self.set = eval_set
         temperature = config.temperature if config.eval_temperature is None else config.eval_temperature
@@ -66,6 +67,7 @@ class Evaluation:
             timeout_s=config.reward_timeout_s,
             num_cpus=config.reward_num_cpus,
             reward_models=reward_models,
+            judges=judges,
         )
         self.rounds = 0
 

@@ -68,7 +68,8 @@ class GRPORun:
             prompt_ids = Ragged.of(ids, np.int32)
         self.prompt_ids = prompt_ids
         reward_models = components.reward_models.workers if components.reward_models is not None else None
-        self.evaluation = Evaluation(config, eval_set, reward_models) if eval_set is not None else None
+        judges = components.judges.clients() if components.judges is not None else None
+        self.evaluation = Evaluation(config, eval_set, reward_models, judges) if eval_set is not None else None
         self.run_dir = run_dir
         self.parts = components
         resume = resume or ResumeState(step=0, stream_position=0, policy_version=0)
@@ -87,6 +88,7 @@ class GRPORun:
             timeout_s=config.reward_timeout_s,
             num_cpus=config.reward_num_cpus,
             reward_models=reward_models,
+            judges=judges,
         )
         self._stop = stopping.GracefulStop()  # entered by `run`
         self._learner_restarts = 0
@@ -296,6 +298,7 @@ class GRPORun:
             "time/sync": synced - learned,
             # Async: generation of the next batches overlaps this step, so time/pool_busy exceeds time/generate.
             "time/pool_busy": self._generating.seconds() - generating,
+            **(self.parts.judges.metrics() if self.parts.judges is not None else {}),
         }
         metrics["time/step"] = time.perf_counter() - start
         metrics["samples_per_s"] = len(samples) / metrics["time/step"]

@@ -39,6 +39,7 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
     """`tokenizer_from`: where the canonical tokenizer was saved (a checkpoint, on resume)."""
     from orchestrator.contracts.reward_models import is_model
     from orchestrator.data.conversations import read_chat_template, render_records, split_messages
+    from orchestrator.judges import pools as judges
     from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, resolve_model
     from orchestrator.rewards import models as reward_models
     from orchestrator.rewards.functions import resolve
@@ -75,6 +76,7 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
     eval_set = _eval_set(config, tokenizer, tokenizer_name, model)
     reward_models.check(config, conversational=chat or (eval_set is not None and eval_set.conversations is not None))
     longest = max(lengths + [len(ids) for ids in (eval_set.prompt_ids if eval_set else [])])
+    judges.check(config, longest)
     ids = Ragged.of(prompt_ids, np.int32)
     return Checked(model, tokenizer_name, tokenizer, prompts, columns, ids, dropped, longest, conversations, eval_set, template)
 

@@ -163,7 +163,7 @@ class RolloutEngine:
         """Single-turn: one vLLM request with n = num_generations."""
         params = vllm_params(request.sampling, request.num_generations, request.group_id)
         final = await self._final_output(request.prompt_ids, params, f"g{request.group_id}", request_ids)
-        return to_samples(final.outputs, self._eos_id, self._eos_text)
+        return to_samples(final.outputs, self._eos_id, self._eos_text, request.sampling.top_logprobs)
 
     async def _tool_samples(self, request: GroupRequest, request_ids: list[str]) -> list[Sample]:
         """Multi-turn: every sample runs its own generate -> tool -> continue loop, all concurrently."""

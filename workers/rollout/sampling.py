@@ -45,7 +45,8 @@ def _params(sampling: SamplingConfig, n: int, seed: int | None, max_tokens: int,
         include_stop_str_in_output=include_stop,
         ignore_eos=sampling.ignore_eos,
         skip_special_tokens=sampling.skip_special_tokens,
-        logprobs=0,  # the sampled token's logprob only
+        logprobs=sampling.top_logprobs,  # 0: the sampled token's logprob only
+        allowed_token_ids=sampling.allowed_token_ids,
         output_kind=RequestOutputKind.FINAL_ONLY,  # all n completions at once, at the end
     )
 
@@ -67,8 +68,9 @@ def to_turn(completion) -> Turn:
     )
 
 
-def to_samples(completions, eos_token_id: int | None, eos_text: str | None) -> list[Sample]:
-    """Convert vLLM `CompletionOutput`s (one per sample) into samples, in sample-index order."""
+def to_samples(completions, eos_token_id: int | None, eos_text: str | None, top_logprobs: int = 0) -> list[Sample]:
+    """Convert vLLM `CompletionOutput`s (one per sample) into samples, in sample-index order; with
+    `top_logprobs` > 0 each keeps the most likely tokens' logprobs at every position."""
     samples = []
     for completion in sorted(completions, key=lambda c: c.index):
         token_ids = list(completion.token_ids)
@@ -87,9 +89,19 @@ def to_samples(completions, eos_token_id: int | None, eos_text: str | None) -> l
                 finish_reason=str(completion.finish_reason),
                 stop_reason=None if stop_reason is None else str(stop_reason),
                 stop_token_id=stop_token_id,
+                top_logprobs=_top_logprobs(completion, top_logprobs) if top_logprobs else None,
             )
         )
     return samples
+
+
+def _top_logprobs(completion, k: int) -> list[dict[int, float]]:
+    """The k most likely tokens at each position, by vLLM's rank (the sampled token, when it is not among
+    them, is the `logprobs` entry, not this one)."""
+    return [
+        {token: float(entry.logprob) for token, entry in position.items() if entry.rank is not None and entry.rank <= k}
+        for position in completion.logprobs or []
+    ]
 
 
 def _sampled_logprobs(completion) -> list[float]:

@@ -34,7 +34,7 @@ def test_every_key_of_every_section_is_in_the_reference():
     markdown = (REFERENCE / "config.md").read_text(encoding="utf-8")
     yaml_text = (REFERENCE / "defaults.yaml").read_text(encoding="utf-8")
     for key in _schema_keys():
-        assert re.search(rf"^\| `([\w.\[\]]+\.)?{key}` \|", markdown, re.MULTILINE), f"{key} is not in config.md"
+        assert re.search(rf"^\| `([\w.\[\]<>]+\.)?{key}` \|", markdown, re.MULTILINE), f"{key} is not in config.md"
         assert re.search(rf"^[# ]*(- )?{key}:", yaml_text, re.MULTILINE), f"{key} is not in defaults.yaml"
 
 
