@@ -138,7 +138,7 @@ def start_training(
     try:
         scorers = reward_models.RewardModelGroup.start(config, rollout.startup_timeout_s)
         contexts = judge_pools.check(config, max_prompt_tokens or config.max_prompt_length or 0)
-        judges = judge_pools.JudgePools.start(config, cluster, contexts, rollout.startup_timeout_s)
+        judges = judge_pools.JudgePools.start(config, cluster, contexts)
         components = _start_engines(config, cluster, tokenizer, bundle, learner, learner_cores, policy_version, max_prompt_tokens)
     except BaseException:  # nothing started is left running: the driver may go on (tests, bench) or stop
         learner.shutdown()

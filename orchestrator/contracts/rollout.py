@@ -85,6 +85,10 @@ class RolloutConfig(StrictModel):
         "values vLLM accepts). null: the smallest of them that holds lora.r. Larger costs engine memory.",
     )
 
+    def reserved_gpus(self) -> int:
+        """The GPUs all the engines take on a GPU cluster."""
+        return self.engines * self.tensor_parallel_size
+
     def reserved_cpus(self) -> float:
         """The Ray CPUs all the engines reserve."""
         return self.engines * self.num_cpus_per_engine

@@ -9,8 +9,9 @@
 
 A client is small and picklable: it holds the judge router's actor handle (orchestrator/judges/pools.py),
 so a reward task on any node can use it. Every call has a deadline (`judges.<name>.timeout_s`); one past
-it raises `JudgeTimeoutError`, which the reward machinery treats as any raising function. A reward
-function that is not `async` can call `Judge.wait(...)` on the coroutine instead of awaiting it.
+it raises `JudgeTimeoutError`, which the reward machinery treats as any raising function. A router that
+died raises `JudgeLostError`, which stops the run. A reward function that is not `async` can call
+`Judge.wait(...)` on the coroutine instead of awaiting it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import asyncio
 import time
 
 from orchestrator.contracts.judges import JudgeCompletion
-from orchestrator.judges.router import JudgeTimeoutError
+from orchestrator.judges.router import JudgeLostError, JudgeTimeoutError
 
 
 class Judge:
@@ -47,8 +48,13 @@ class Judge:
 
     @staticmethod
     def wait(coroutine):
-        """Run a call from a reward function that is not `async`."""
-        return asyncio.run(coroutine)
+        """Run a call from a reward function that is not `async` (an `async def` one awaits it instead)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coroutine)
+        coroutine.close()
+        raise RuntimeError("Judge.wait was called inside a running event loop: `await` the judge's call there instead")
 
     async def _within_deadline(self, ref, prompts: int):
         import ray
@@ -61,3 +67,7 @@ class Judge:
             ) from None
         except ray.exceptions.RayTaskError as error:  # the router refused the call: its own error, not Ray's
             raise error.cause from None
+        except ray.exceptions.RayActorError as error:
+            raise JudgeLostError(
+                f"judge {self.name!r}: its router died ({type(error).__name__}); the run cannot ask it again"
+            ) from None

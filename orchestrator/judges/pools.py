@@ -1,8 +1,8 @@
 """The run's judges (`judges:`): checked on the driver before anything starts, then one router actor per
 judge, which starts and drives the judge's own engine pool.
 
-    check(config, longest_prompt)                  # preflight: each judge loadable, its context big enough
-    judges = JudgePools.start(config, cluster, timeout_s)   # None when the run names no judge
+    contexts = check(config, longest_prompt)       # preflight: each judge loadable, its context big enough
+    judges = JudgePools.start(config, cluster, contexts)   # None when the run names no judge
     judges.clients()                               # {name: Judge}: what reward functions get as `judges`
     judges.metrics()                               # judges/<name>/... since the last call
     judges.shutdown()
@@ -12,7 +12,8 @@ with the judge's model loaded from disk and never a weight sync: the same placem
 `role=rollout`), tokenizer fingerprint check, health checks and dead-engine replacement
 (`judges.<name>.pool.max_restarts`). The router (router.py) is the pool's driver, in an actor of its own
 (no CPU reserved) so that reward tasks on any node can reach it. Its engines are owned by it: if it
-dies, Ray ends them too.
+dies Ray ends them, and each engine's reaper ends its vLLM processes (workers/rollout/reaper.py). The
+judge's engines are Ray actors named `judge-<name>-engine-<id>` (`ray list actors` shows them).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from orchestrator.judges.client import Judge
 from orchestrator.log import log
 
 ROUTER_CONCURRENCY = 16  # calls a router takes at once (it serves them one at a time; the rest wait for the lock)
+CONTROL = "control"  # the router's concurrency group for figures and shutdown: never queued behind calls
+START_MARGIN_S = 120.0  # beyond the engines' own start deadline: the router loads the tokenizer first
+SHUTDOWN_S = 120.0  # an engine group's shutdown gives each engine 30 s, then waits for its clean-ups
 
 
 def check(config, longest_prompt: int) -> dict[str, int]:
@@ -43,9 +47,10 @@ def _check_one(name: str, judge: JudgeSettings, sample_tokens: int) -> int:
     key = f"judges.{name}"
     model, tokenizer = resolve_model(judge.model, judge.tokenizer, keys=(f"{key}.model", f"{key}.tokenizer"))
     try:
-        architectures = AutoConfig.from_pretrained(model).architectures or []
+        model_config = AutoConfig.from_pretrained(model)
     except Exception as error:
         raise UserError(f"{key}.model: {judge.model!r} does not load as a model: {_first_line(error)}") from None
+    architectures = model_config.architectures or []
     if not any(architecture.endswith("ForCausalLM") for architecture in architectures):
         raise UserError(
             f"{key}.model: {judge.model!r} is a {', '.join(architectures) or 'model of no stated architecture'}; a judge "
@@ -55,7 +60,7 @@ def _check_one(name: str, judge: JudgeSettings, sample_tokens: int) -> int:
         AutoTokenizer.from_pretrained(tokenizer)
     except Exception as error:
         raise UserError(f"{key}.tokenizer: no tokenizer loads from {tokenizer!r}: {_first_line(error)}") from None
-    context = context_limit(model, judge.pool.max_model_len)
+    context = context_limit(model, judge.pool.max_model_len) or getattr(model_config, "max_position_embeddings", None)
     if context is None:
         raise UserError(f"{key}.pool.max_model_len: the judge's context is not known from {model!r}; set it")
     needed = sample_tokens + judge.max_tokens
@@ -83,6 +88,7 @@ class JudgeServer:
     def __init__(self, name: str, settings: JudgeSettings, cluster, seed: int, context: int):
         self.name, self.settings, self.cluster, self.seed, self.context = name, settings, cluster, seed, context
         self.router = None
+        self.engines = None  # kept from the moment it exists: a shutdown mid-start stops what started
 
     def start(self) -> int:
         """Start the engines and admit them all (or fail); returns how many serve."""
@@ -96,10 +102,12 @@ class JudgeServer:
         model, tokenizer_name = resolve_model(self.settings.model, self.settings.tokenizer)
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
         pool_config = self.settings.pool.model_copy(update={"max_model_len": self.context})
+        if pool_config.cpu_threads_bind is None:  # the policy's engines take this machine's core slots
+            pool_config = pool_config.model_copy(update={"cpu_threads_bind": "auto"})
         model_config = json.loads((Path(model) / "config.json").read_text()) if Path(model).is_dir() else {}
-        engines = EngineGroup(self.cluster, model, tokenizer, pool_config, seed=self.seed, name=f"judge-{self.name}")
-        engines.size_for(model_config, pool_config.max_inflight_samples, self.context)
-        pool = RolloutPool(engines).start()
+        self.engines = EngineGroup(self.cluster, model, tokenizer, pool_config, seed=self.seed, name=f"judge-{self.name}")
+        self.engines.size_for(model_config, pool_config.max_inflight_samples, self.context)
+        pool = RolloutPool(self.engines).start()
         self.router = JudgeRouter(self.name, pool, tokenizer, self.settings, self.context)
         return pool.size
 
@@ -114,8 +122,8 @@ class JudgeServer:
         return {**self.router.take_stats(), "engines": pool.size, "engine_restarts": pool.restarts}
 
     def shutdown(self) -> None:
-        if self.router is not None:
-            self.router.pool.shutdown()
+        if self.engines is not None:
+            self.engines.shutdown()
 
 
 class JudgePools:
@@ -123,14 +131,15 @@ class JudgePools:
         self.servers, self.settings = servers, settings
 
     @classmethod
-    def start(cls, config, cluster, contexts: dict[str, int], timeout_s: float) -> JudgePools | None:
-        """Start every judge's router and pool (at most `timeout_s` for the engines to start), or fail
+    def start(cls, config, cluster, contexts: dict[str, int]) -> JudgePools | None:
+        """Start every judge's router and pool (each engine within its `pool.startup_timeout_s`), or fail
         having stopped those started; None when the run names no judge."""
         import ray
 
         if not config.judges:
             return None
-        server = ray.remote(JudgeServer).options(num_cpus=0, max_concurrency=ROUTER_CONCURRENCY)
+        timeout_s = max(judge.pool.startup_timeout_s for judge in config.judges.values()) + START_MARGIN_S
+        server = ray.remote(num_cpus=0, max_concurrency=ROUTER_CONCURRENCY, concurrency_groups={CONTROL: 2})(JudgeServer)
         servers = {
             name: server.remote(name, judge, cluster, config.seed, contexts[name]) for name, judge in config.judges.items()
         }
@@ -159,7 +168,8 @@ class JudgePools:
 
         names = list(self.servers)
         figures = {}
-        for name, stats in zip(names, ray.get([self.servers[name].stats.remote() for name in names], timeout=60)):
+        asked = [self.servers[name].stats.options(concurrency_group=CONTROL).remote() for name in names]
+        for name, stats in zip(names, ray.get(asked, timeout=60)):
             calls = stats.get("calls", 0)
             stats["latency_s"] = stats.pop("seconds", 0.0) / calls if calls else 0.0
             figures.update({f"judges/{name}/{key}": value for key, value in stats.items()})
@@ -168,7 +178,7 @@ class JudgePools:
     def shutdown(self) -> None:
         import ray
 
-        closing = [server.shutdown.remote() for server in self.servers.values()]
-        ray.wait(closing, num_returns=len(closing), timeout=60)
+        closing = [server.shutdown.options(concurrency_group=CONTROL).remote() for server in self.servers.values()]
+        ray.wait(closing, num_returns=len(closing), timeout=SHUTDOWN_S)
         for server in self.servers.values():
             ray.kill(server)

@@ -1,7 +1,7 @@
 """`JudgeRouter`: one judge's front desk. Turns a reward function's prompts into groups for the judge's
 engine pool, and the groups' samples back into answers.
 
-    router = JudgeRouter("quality", pool, tokenizer, settings)   # pool: a started RolloutPool of the judge model
+    router = JudgeRouter("quality", pool, tokenizer, settings, context=256)   # pool: a started RolloutPool
     answers = router.generate(["Is 2+2=4? Answer yes or no:"], max_tokens=1, deadline=time.time() + 60)
     odds = router.choices(prompts, ["yes", "no"], deadline=...)     # [{"yes": logprob, "no": logprob}, ...]
     router.take_stats()                                              # calls, tokens, seconds since the last take
@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 
-from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.errors import RunError, UserError
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.contracts.judges import JudgeCompletion, JudgeSettings
 from orchestrator.contracts.sampling import SamplingConfig
@@ -35,13 +35,22 @@ class JudgeTimeoutError(TimeoutError):
     """A judge call did not finish before its deadline (`judges.<name>.timeout_s`)."""
 
 
+class JudgeLostError(RunError):
+    """A judge's router is gone: every later call would fail too, so the run stops instead of scoring
+    `reward_error_score` from then on."""
+
+
+MAX_TOP_LOGPROBS = 20  # vLLM's default max_logprobs
+
+
 class JudgeRouter:
     def __init__(self, name: str, pool, tokenizer, settings: JudgeSettings, context: int):
         """`pool`: anything with `generate(requests) -> results` (a RolloutPool); `context`: the judge
         engines' prompt + answer limit (their max_model_len)."""
         self.name, self.pool, self.tokenizer, self.settings, self.context = name, pool, tokenizer, settings, context
         self._group_ids = itertools.count()
-        self._serving = threading.Lock()
+        self._serving = threading.Lock()  # held for a whole call
+        self._counting = threading.Lock()  # held only to count: the figures never wait for a call
         self._stats = Counter()
 
     def generate(
@@ -55,6 +64,8 @@ class JudgeRouter:
     ) -> list[JudgeCompletion]:
         """One answer per prompt, in order. `deadline`: wall-clock time (time.time()) past which the call
         is not started; `temperature` 0 answers greedily."""
+        if not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise JudgeError(f"judge {self.name!r}: top_logprobs={top_logprobs}; a judge returns 0 to {MAX_TOP_LOGPROBS}")
         sampling = SamplingConfig(
             max_tokens=max_tokens or self.settings.max_tokens,
             temperature=temperature,
@@ -76,8 +87,8 @@ class JudgeRouter:
     def _branch_tokens(self, choices: list[str]) -> tuple[list[int], list[int]]:
         """The tokens all choices start with, and each choice's next token (all different, or an error)."""
         ids = [self.tokenizer(choice, add_special_tokens=False)["input_ids"] for choice in choices]
-        if len(choices) < 2:
-            raise JudgeError(f"judge {self.name!r}: choices needs at least two choices, got {choices}")
+        if not 2 <= len(choices) <= MAX_TOP_LOGPROBS:
+            raise JudgeError(f"judge {self.name!r}: choices takes 2 to {MAX_TOP_LOGPROBS} choices, got {len(choices)}")
         shared = 0
         while all(len(tokens) > shared for tokens in ids) and len({tokens[shared] for tokens in ids}) == 1:
             shared += 1
@@ -110,9 +121,9 @@ class JudgeRouter:
 
     def take_stats(self) -> dict[str, float]:
         """What was served since the last take: calls, prompts, prompt and completion tokens, seconds busy."""
-        with self._serving:
-            stats, self._stats = dict(self._stats), Counter()
-        return stats
+        with self._counting:
+            stats, self._stats = self._stats, Counter()
+        return {key: stats[key] for key in ("calls", "prompts", "prompt_tokens", "completion_tokens", "seconds")}
 
     def _prompt_ids(self, index: int, prompt, max_tokens: int) -> list[int]:
         if isinstance(prompt, str):
@@ -136,6 +147,10 @@ class JudgeRouter:
         return ids
 
     def _count(self, ids: list[list[int]], results: list[GroupResult], seconds: float) -> None:
+        with self._counting:
+            self._add(ids, results, seconds)
+
+    def _add(self, ids: list[list[int]], results: list[GroupResult], seconds: float) -> None:
         self._stats["calls"] += 1
         self._stats["prompts"] += len(ids)
         self._stats["prompt_tokens"] += sum(map(len, ids))

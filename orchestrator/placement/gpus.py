@@ -29,14 +29,17 @@ def learner_gpus(config: TrainConfig, cluster_gpus: float, local: bool) -> int:
         gpus = configured
     rollout = config.rollout
     engine_gpus = rollout.engines * rollout.tensor_parallel_size if cluster_gpus > 0 else 0
+    judge_gpus = sum(judge.pool.reserved_gpus() for judge in config.judges.values()) if cluster_gpus > 0 else 0
     learner_total = gpus * config.learner.workers
     # Across nodes the autoscaler may still add GPU nodes; on one node what is there is all there is.
-    if local and learner_total + engine_gpus > cluster_gpus:
+    if local and learner_total + engine_gpus + judge_gpus > cluster_gpus:
+        judges = f" plus the judges' engines ({judge_gpus}: judges.<name>.pool.engines)" if judge_gpus else ""
         raise UserError(
-            f"this machine has {cluster_gpus:g} GPUs but the run needs {learner_total + engine_gpus}: rollout.engines "
-            f"({rollout.engines}) x rollout.tensor_parallel_size ({rollout.tensor_parallel_size}) for the engines "
-            f"plus learner.num_gpus ({gpus}) x learner.workers ({config.learner.workers}); the learner cannot share "
-            "an engine's GPU (NCCL needs one GPU per rank), so lower rollout.engines or use a machine with more GPUs"
+            f"this machine has {cluster_gpus:g} GPUs but the run needs {learner_total + engine_gpus + judge_gpus}: "
+            f"rollout.engines ({rollout.engines}) x rollout.tensor_parallel_size ({rollout.tensor_parallel_size}) for "
+            f"the engines plus learner.num_gpus ({gpus}) x learner.workers ({config.learner.workers}){judges}; the "
+            "learner cannot share an engine's GPU (NCCL needs one GPU per rank), so lower rollout.engines or use a "
+            "machine with more GPUs"
         )
     return gpus
 

@@ -122,7 +122,7 @@ def _values(spec: str, fn: Callable, result, args: dict, shared: dict, error_sco
         if isinstance(result, Exception):
             raise result
         return _check(spec, result, count), 0
-    except RewardModelLostError:
+    except RunError:  # a reward model or judge lost for good (RewardModelLostError, JudgeLostError): the run stops
         raise
     except RewardError:
         if error_score is None:

@@ -29,7 +29,7 @@ def _config(**judge) -> TrainConfig:
 @pytest.fixture(scope="module")
 def judges(ray_session):
     config = _config()
-    started = pools.JudgePools.start(config, ray_session, pools.check(config, longest_prompt=20), timeout_s=300)
+    started = pools.JudgePools.start(config, ray_session, pools.check(config, longest_prompt=20))
     yield started
     started.shutdown()
 

@@ -46,7 +46,7 @@ def test_answers_come_back_in_the_callers_order_and_are_counted(router, base_tok
     stats = router.take_stats()
     assert stats["calls"] == 1 and stats["prompts"] == 3 and stats["completion_tokens"] == 3
     assert stats["prompt_tokens"] == sum(map(len, ids))
-    assert router.take_stats() == {}  # taken: the next step counts afresh
+    assert set(router.take_stats().values()) == {0}  # taken: the next step counts afresh
 
 
 def test_a_conversation_goes_through_the_judges_chat_template(router, base_tokenizer):
@@ -83,5 +83,5 @@ def test_choices_are_asked_at_the_first_token_where_they_differ(router, base_tok
     assert odds == [{" yes": -0.5, " no": -1.0}]  # each choice named by its own token's logprob
     with pytest.raises(JudgeError, match="cannot be told apart by one token"):
         router.choices(["Is it?"], [" yes", " yes please"], deadline=time.time() + 60)
-    with pytest.raises(JudgeError, match="at least two choices"):
+    with pytest.raises(JudgeError, match="choices takes 2 to 20 choices, got 1"):
         router.choices(["Is it?"], [" yes"], deadline=time.time() + 60)
