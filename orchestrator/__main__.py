@@ -159,6 +159,14 @@ def _simulate_parser(commands) -> None:
     p.add_argument("--prefill-per-token-ms", type=float, default=0.02, help="(default: %(default)s)")
     p.add_argument("--hosts", type=int, default=1, help="Ray actors hosting the simulated engines (default: %(default)s)")
     p.add_argument("--out", default="simulate.json", help="JSON results (default: %(default)s)")
+    p.add_argument(
+        "--autoscale",
+        action="store_true",
+        help="instead: the autoscaling policy on a load whose completions double mid-run, in virtual time, "
+        "against a fixed pool of --start-engines (orchestrator/bench/autoscaling.py); no Ray",
+    )
+    p.add_argument("--start-engines", type=int, default=1, help="--autoscale: engines at the start (default: %(default)s)")
+    p.add_argument("--max-engines", type=int, default=8, help="--autoscale: autoscale.max_engines (default: %(default)s)")
 
 
 def _config_parser(commands) -> None:

@@ -20,6 +20,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     from orchestrator.bench.simulated_engine import TokenTiming
     from orchestrator.config.base import explain
 
+    if args.autoscale:
+        return _simulate_autoscaling(args)
     for name in ("engines", "prompts", "num_generations", "max_tokens", "capacity", "hosts"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
@@ -39,4 +41,21 @@ def run_simulate(args: argparse.Namespace) -> int:
     print(simulation.table(result))
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"saved {args.out}")
+    return 0
+
+
+def _simulate_autoscaling(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from orchestrator.bench.autoscaling import Load, report
+    from orchestrator.config.base import explain
+    from orchestrator.contracts.rollout import AutoscaleSettings
+
+    if not 1 <= args.start_engines <= args.max_engines:
+        raise UserError(f"--start-engines must be between 1 and --max-engines ({args.max_engines}), got {args.start_engines}")
+    try:
+        settings = AutoscaleSettings(min_engines=1, max_engines=args.max_engines)
+    except ValidationError as error:
+        raise explain(error, AutoscaleSettings) from None
+    print(report(Load(), settings, args.start_engines))
     return 0

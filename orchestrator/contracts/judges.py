@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from orchestrator.contracts.paths import PATH
 from orchestrator.contracts.rollout import RolloutConfig
@@ -41,6 +41,12 @@ class JudgeSettings(StrictModel):
         description="The judge's engines, with the rollout pool's settings (engines, dtype, max_model_len, "
         "max_inflight_samples, num_cpus_per_engine, health checks, max_restarts, ...).",
     )
+
+    @model_validator(mode="after")
+    def _fixed_size(self) -> JudgeSettings:
+        if self.pool.autoscale is not None:
+            raise ValueError("pool.autoscale: a judge's pool keeps its size (pool.engines); autoscaling is the rollout pool's")
+        return self
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,9 +4,48 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from orchestrator.contracts.strict import StrictModel
+
+
+class AutoscaleSettings(StrictModel):
+    """`rollout.autoscale`: the pool sizes itself from what each step measured (orchestrator/rollout/autoscale.py)."""
+
+    min_engines: int = Field(1, ge=1, description="Fewest engines the pool shrinks to.")
+    max_engines: int = Field(4, ge=1, description="Most engines the pool grows to.")
+    grow_above: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="Grow when the learner waited for generation more than this share of a step (time/generate / "
+        "time/step, averaged over window_steps).",
+    )
+    shrink_below: float = Field(
+        0.1,
+        ge=0.0,
+        lt=1.0,
+        description="Shrink when the learner waited less than this share of a step: generation keeps ahead with "
+        "fewer engines. Between shrink_below and grow_above the pool holds (the hysteresis band).",
+    )
+    window_steps: int = Field(3, ge=1, description="Steps averaged for a decision.")
+    cooldown_steps: int = Field(
+        3, ge=0, description="Steps after a resize before the next decision: the new engines start and the window refills."
+    )
+    min_gain: float = Field(
+        0.1,
+        ge=0.0,
+        description="A growth must raise generation throughput (completion tokens per second of generation) by this share; "
+        "one that did not is undone, and the pool grows no further than the size before it.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscaleSettings:
+        if self.min_engines > self.max_engines:
+            raise ValueError(f"min_engines ({self.min_engines}) is above max_engines ({self.max_engines})")
+        if self.shrink_below >= self.grow_above:
+            raise ValueError(f"shrink_below ({self.shrink_below}) must be below grow_above ({self.grow_above})")
+        return self
 
 
 class RolloutConfig(StrictModel):
@@ -85,13 +124,32 @@ class RolloutConfig(StrictModel):
         "values vLLM accepts). null: the smallest of them that holds lora.r. Larger costs engine memory.",
     )
 
+    autoscale: AutoscaleSettings | None = Field(
+        None,
+        description="Size the pool from each step's timings, between autoscale.min_engines and max_engines (null: "
+        "fixed at `engines`, resized only by `python -m orchestrator scale`). docs: guides/autoscaling.",
+    )
+
+    @model_validator(mode="after")
+    def _engines_within_autoscale(self) -> RolloutConfig:
+        bounds = self.autoscale
+        if bounds is not None and not bounds.min_engines <= self.engines <= bounds.max_engines:
+            raise ValueError(
+                f"engines ({self.engines}) is outside autoscale's bounds [{bounds.min_engines}, {bounds.max_engines}]: "
+                "the pool starts with `engines`"
+            )
+        return self
+
     def reserved_gpus(self) -> int:
-        """The GPUs all the engines take on a GPU cluster."""
-        return self.engines * self.tensor_parallel_size
+        """The GPUs all the engines take on a GPU cluster (at autoscale.max_engines, when set)."""
+        return self.most_engines() * self.tensor_parallel_size
 
     def reserved_cpus(self) -> float:
-        """The Ray CPUs all the engines reserve."""
-        return self.engines * self.num_cpus_per_engine
+        """The Ray CPUs all the engines reserve (at autoscale.max_engines, when set)."""
+        return self.most_engines() * self.num_cpus_per_engine
+
+    def most_engines(self) -> int:
+        return self.autoscale.max_engines if self.autoscale is not None else self.engines
 
     def weight_dtype(self, device: str) -> str | None:
         """The engines' weight dtype where it is known before they start: `dtype`, float32 for 'auto' on

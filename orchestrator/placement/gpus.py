@@ -28,7 +28,7 @@ def learner_gpus(config: TrainConfig, cluster_gpus: float, local: bool) -> int:
     else:
         gpus = configured
     rollout = config.rollout
-    engine_gpus = rollout.engines * rollout.tensor_parallel_size if cluster_gpus > 0 else 0
+    engine_gpus = rollout.reserved_gpus() if cluster_gpus > 0 else 0
     judge_gpus = sum(judge.pool.reserved_gpus() for judge in config.judges.values()) if cluster_gpus > 0 else 0
     learner_total = gpus * config.learner.workers
     # Across nodes the autoscaler may still add GPU nodes; on one node what is there is all there is.
@@ -36,7 +36,8 @@ def learner_gpus(config: TrainConfig, cluster_gpus: float, local: bool) -> int:
         judges = f" plus the judges' engines ({judge_gpus}: judges.<name>.pool.engines)" if judge_gpus else ""
         raise UserError(
             f"this machine has {cluster_gpus:g} GPUs but the run needs {learner_total + engine_gpus + judge_gpus}: "
-            f"rollout.engines ({rollout.engines}) x rollout.tensor_parallel_size ({rollout.tensor_parallel_size}) for "
+            f"{'rollout.autoscale.max_engines' if rollout.autoscale else 'rollout.engines'} ({rollout.most_engines()}) x "
+            f"rollout.tensor_parallel_size ({rollout.tensor_parallel_size}) for "
             f"the engines plus learner.num_gpus ({gpus}) x learner.workers ({config.learner.workers}){judges}; the "
             "learner cannot share an engine's GPU (NCCL needs one GPU per rank), so lower rollout.engines or use a "
             "machine with more GPUs"

@@ -49,6 +49,11 @@ class RolloutPool:
         return len(self.engines.actors)
 
     @property
+    def pending(self) -> int:
+        """Engines starting: asked for, not serving yet (on a cluster, perhaps waiting for a node)."""
+        return len(self.engines.starting)
+
+    @property
     def restarts(self) -> int:
         """Engines replaced so far."""
         return self.engines.restarts

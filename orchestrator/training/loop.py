@@ -27,6 +27,7 @@ from orchestrator.data.stream import PromptStream
 from orchestrator.launch import Components
 from orchestrator.log import log
 from orchestrator.rewards.scoring import RewardScorer, StepRewards
+from orchestrator.rollout.autoscale import Autoscaler, StepTimings
 from orchestrator.rollout.parquet import rollout_table, write_parquet
 from orchestrator.rollout.samples import Ragged, StepSamples
 from orchestrator.training import dynamic_sampling, plots, staleness
@@ -93,6 +94,9 @@ class GRPORun:
         self._stop = stopping.GracefulStop()  # entered by `run`
         self._learner_restarts = 0
         self._control = ControlFile(run_dir.control)
+        settings = config.rollout.autoscale
+        self.autoscaler = Autoscaler(settings, config.rollout.engines) if settings is not None else None
+        self._resize_to: int | None = None  # the autoscaler's target, applied by the thread that owns the pool
         self._trackers = Trackers([])  # `run` opens the configured ones
         self._generating = BusyClock()  # the pool's time in `generate`, on whichever thread calls it
         self._prefetch = Prefetcher(self._generate)
@@ -237,11 +241,18 @@ class GRPORun:
         return staleness.replace_groups(samples, fresh), len(stale), scores["reward_errors"]
 
     def _apply_control(self) -> None:
-        """Pick up `python -m orchestrator scale RUN_DIR --engines N` between steps."""
+        """Pick up `python -m orchestrator scale RUN_DIR --engines N`, or else the autoscaler's target,
+        between steps."""
         request = self._control.poll()
         if request is not None and request.get("engines") is not None:
             log.info(f"scaling the rollout pool to {request['engines']} engine(s)")
             self.parts.pool.resize(int(request["engines"]))
+            if self.autoscaler is not None:  # it goes on from the size asked for, after its cooldown
+                self.autoscaler.resized(int(request["engines"]))
+            self._resize_to = None
+        elif self._resize_to is not None:
+            target, self._resize_to = self._resize_to, None
+            self.parts.pool.resize(target)
 
     def step(self, step: int) -> dict:
         start, generating = time.perf_counter(), self._generating.seconds()
@@ -302,7 +313,38 @@ class GRPORun:
         }
         metrics["time/step"] = time.perf_counter() - start
         metrics["samples_per_s"] = len(samples) / metrics["time/step"]
-        return metrics
+        return {**metrics, **self._autoscale(metrics, round(metrics["completion_length/mean"] * len(samples)))}
+
+    def _autoscale(self, metrics: dict, tokens: int) -> dict:
+        """The pool's figures for the step and, with `rollout.autoscale`, the autoscaler's decision; a
+        resize is applied where scaling requests are (`_apply_control`), before the next generation."""
+        pool, step_s = self.parts.pool, metrics["time/step"]
+        figures = {
+            "rollout/engines": pool.size,
+            "rollout/engines_pending": pool.pending,
+            "rollout/idle_fraction": max(0.0, 1.0 - metrics["time/pool_busy"] / step_s) if step_s > 0 else 0.0,
+            "learner/wait_s": metrics["time/generate"],
+        }
+        if self.autoscaler is None:
+            return figures
+        if metrics["step"] == self.first_step:  # engines warm up (and compile) on their first batch
+            return {
+                **figures,
+                "autoscale/target": self.autoscaler.target,
+                "autoscale/decision": 0,
+                "autoscale/reason": "first step: not measured",
+            }
+        timings = StepTimings(metrics["time/generate"], step_s, tokens, metrics["time/pool_busy"])
+        decision = self.autoscaler.decide(timings, serving=pool.size)
+        if decision.change:
+            log.info(f"autoscale: {decision.target} engine(s): {decision.reason}")
+            self._resize_to = decision.target
+        return {
+            **figures,
+            "autoscale/target": decision.target,
+            "autoscale/decision": decision.change,
+            "autoscale/reason": decision.reason,
+        }
 
     def _fill(self, step: int, samples: StepSamples, reward_errors: int):
         """Dynamic sampling (training/dynamic_sampling.py): more groups from the stream until the step has

@@ -81,8 +81,15 @@ def progress_line(metrics: dict, max_steps: int) -> str:
         f"step {m['step']:>4}/{max_steps} | reward {m['reward_mean']:.3f} ± {m['reward_std']:.3f} | "
         f"{m['samples_per_s']:.1f} samples/s | gen {m['time/generate']:.2f}s reward {m['time/reward']:.2f}s "
         f"train {m['time/train']:.2f}s sync {m['time/sync']:.2f}s{_synced(m)} | len {m['completion_length/mean']:.1f} | "
-        f"{_learner_figures(m)}{_policy_figures(m)}{_filling(m)} | v{m['policy_version']}{_lag(m)}"
+        f"{_learner_figures(m)}{_policy_figures(m)}{_filling(m)} | v{m['policy_version']}{_lag(m)}{_scaled(m)}"
     )
+
+
+def _scaled(m: dict) -> str:
+    """Autoscaling: the pool's new size and why, on the steps that resized it."""
+    if not m.get("autoscale/decision"):
+        return ""
+    return f" | engines -> {m['autoscale/target']}: {m['autoscale/reason']}"
 
 
 def _synced(m: dict) -> str:
