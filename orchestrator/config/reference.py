@@ -74,8 +74,8 @@ def fields(model: type[BaseModel]) -> list[tuple[str, FieldInfo]]:
 
 
 def _nested_key(key: str, name: str, field: FieldInfo) -> str:
-    """A nested section's key: `a.b`, `a.b[]` for a list of sections, `a.b.<name>` for named ones (`judges`)."""
-    suffix = "[]" if _is_list(field.annotation) else ".<name>" if typing.get_origin(field.annotation) is dict else ""
+    """A nested section's key: `a.b`, `a.b[]` for a list of sections, `a.b.NAME` for named ones (`judges`)."""
+    suffix = "[]" if _is_list(field.annotation) else ".NAME" if typing.get_origin(field.annotation) is dict else ""
     return (f"{key}.{name}" if key else name) + suffix
 
 

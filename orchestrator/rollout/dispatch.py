@@ -7,7 +7,8 @@ The state of the batch lives here, and each thing that can happen to it is one m
     start_tail()      every group is out: queued groups are taken back for engines that free room first
     send(outgoing)    one `exchange` per engine carries its new groups and brings finished ones back
     withdraw(...)     at the tail, engines hand back the groups still queued on them
-    check_health()    engines that hold groups and stopped answering are replaced (health.py)
+    check_health()    engines that hold groups and stopped answering are replaced (health.py); engines on
+                      nodes Ray is draining take no more groups and hand back their queued ones
     collect(future)   a call came back: results are kept, a death sends the engine's groups elsewhere
     died(engine, e)   an engine is gone: its groups go back to the front of the queue
 
@@ -142,7 +143,8 @@ class Dispatch:
 
     def check_health(self) -> None:
         """Every WATCHDOG_TICK_S, the busy engines that stopped answering are replaced; killed, an engine's
-        waiting call fails as a death's does, and its groups go to the others."""
+        waiting call fails as a death's does, and its groups go to the others. Engines whose node Ray is
+        draining are drained: their queued groups are taken back for the others."""
         if time.monotonic() < self.next_check:  # each check looks at every busy engine: not once per result
             return
         self.next_check = time.monotonic() + WATCHDOG_TICK_S
@@ -150,6 +152,10 @@ class Dispatch:
         for engine_id, why in self.watchdog.check(busy).items():
             log.warning(f"engine {engine_id} is wedged: {why}; replacing it")
             self.died(engine_id, EngineWedgedError(f"engine {engine_id}: {why}"))
+        for engine_id in self.engines.drain_leaving_nodes():  # they finish what they started, if their node lasts
+            self.dispatcher.remove(engine_id)
+            if self.held.get(engine_id):
+                self.to_withdraw.add(engine_id)
 
     def collect(self, future: concurrent.futures.Future) -> None:
         """A call came back."""

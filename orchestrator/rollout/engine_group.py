@@ -79,6 +79,8 @@ class EngineGroup:
         self.actors: dict[int, object] = {}  # serving engines only
         self.starting: dict[int, _Starting] = {}
         self.restarts = 0
+        self.drained = 0  # engines taken out of service because Ray was draining their node
+        self.nodes: dict[int, str] = {}  # serving engine id -> the Ray node it runs on, where known
         self.on_engine_ready: Callable[[int, object], None] | None = None  # set by training: sync weights
         self._next_id = 0
         self._bundle_ref = None
@@ -188,6 +190,9 @@ class EngineGroup:
             self._leftovers[engine_id] = self.launcher.leftovers(entry.actor)
         except ray.exceptions.RayError:
             pass  # it died just now: its next call fails and it is replaced then
+        else:
+            if (node := self.launcher.node(self._leftovers[engine_id])) is not None:
+                self.nodes[engine_id] = node
         problems = differences(self.expected, reported)
         if problems:
             self.kill(engine_id, entry.actor)
@@ -234,6 +239,28 @@ class EngineGroup:
             f"replacement engine {replacement} is starting"
         )
 
+    def drain_leaving_nodes(self) -> list[int]:
+        """Engines on nodes Ray is draining (a preemption notice, idle termination, `ray drain-node`): they
+        take no new groups and stop once they hold none (the caller hands their queued groups to others),
+        and a replacement starts now, which Ray places on a node not draining. Returns those drained now."""
+        from workers.fences.ray import draining_nodes
+
+        if not self.nodes:  # simulated engines, or none started yet
+            return []
+        leaving = draining_nodes()
+        drained = [e for e, node in self.nodes.items() if node in leaving and e in self.actors and e not in self.draining]
+        for engine_id in drained:
+            self.draining.add(engine_id)
+            self.drained += 1
+            deadline = leaving[self.nodes[engine_id]] - time.time()
+            replacement = self.add_engine()
+            log.warning(
+                f"engine {engine_id} is on node {self.nodes[engine_id][:12]}, which Ray is draining ("
+                + (f"deadline in {deadline:.0f}s" if deadline < float("inf") else "no deadline")
+                + f"): it takes no new groups and hands back its queued ones; replacement engine {replacement} is starting"
+            )
+        return drained
+
     def resize(self, engines: int) -> None:
         """Grow or shrink to `engines`. New engines start in the background and serve once ready and
         synced; when shrinking, engines still starting are cancelled first, then the newest serving
@@ -272,6 +299,7 @@ class EngineGroup:
     def kill(self, engine_id: int, actor) -> None:
         import ray
 
+        self.nodes.pop(engine_id, None)
         try:
             self.launcher.kill(actor)
         except Exception:  # already gone

@@ -38,6 +38,10 @@ class EngineLauncher(ABC):
         """Start removing what a dead engine left (`leftovers`); returns an ObjectRef to wait on, or None."""
         return None
 
+    def node(self, leftovers) -> str | None:
+        """The Ray node (hex id) a started engine runs on, from its `leftovers` (None: not a Ray node)."""
+        return None
+
 
 class ActorLauncher(EngineLauncher):
     """One `RolloutWorker` actor per engine."""
@@ -65,6 +69,9 @@ class ActorLauncher(EngineLauncher):
 
         node_id, (processes, names) = ray.get([handle.node_id.remote(), handle.leftovers.remote()], timeout=LEFTOVERS_TIMEOUT_S)
         return node_id, processes, names
+
+    def node(self, leftovers: tuple[str, list, list[str]]) -> str:
+        return leftovers[0]
 
     def clean_up(self, leftovers: tuple[str, list, list[str]]):
         """A task on the engine's node that ends the engine's surviving processes (a stopped vLLM

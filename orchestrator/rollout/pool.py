@@ -54,6 +54,11 @@ class RolloutPool:
         return len(self.engines.starting)
 
     @property
+    def drained(self) -> int:
+        """Engines taken out of service so far because Ray was draining their node."""
+        return self.engines.drained
+
+    @property
     def restarts(self) -> int:
         """Engines replaced so far."""
         return self.engines.restarts

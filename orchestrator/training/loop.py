@@ -97,6 +97,7 @@ class GRPORun:
         settings = config.rollout.autoscale
         self.autoscaler = Autoscaler(settings, config.rollout.engines) if settings is not None else None
         self._resize_to: int | None = None  # the autoscaler's target, applied by the thread that owns the pool
+        self._drained = 0  # engines drained for their node before this step (pool.drained)
         self._trackers = Trackers([])  # `run` opens the configured ones
         self._generating = BusyClock()  # the pool's time in `generate`, on whichever thread calls it
         self._prefetch = Prefetcher(self._generate)
@@ -319,9 +320,11 @@ class GRPORun:
         """The pool's figures for the step and, with `rollout.autoscale`, the autoscaler's decision; a
         resize is applied where scaling requests are (`_apply_control`), before the next generation."""
         pool, step_s = self.parts.pool, metrics["time/step"]
+        drained, self._drained = pool.drained - self._drained, pool.drained
         figures = {
             "rollout/engines": pool.size,
             "rollout/engines_pending": pool.pending,
+            "rollout/engines_drained": drained,
             "rollout/idle_fraction": max(0.0, 1.0 - metrics["time/pool_busy"] / step_s) if step_s > 0 else 0.0,
             "learner/wait_s": metrics["time/generate"],
         }

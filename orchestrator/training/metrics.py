@@ -86,10 +86,14 @@ def progress_line(metrics: dict, max_steps: int) -> str:
 
 
 def _scaled(m: dict) -> str:
-    """Autoscaling: the pool's new size and why, on the steps that resized it."""
+    """Engines drained for their node (the warning before the line says which and the deadline), and
+    autoscaling: the pool's new size and why, on the steps that resized it."""
+    drained = (
+        f" | drained {m['rollout/engines_drained']} engine(s) of a draining node" if m.get("rollout/engines_drained") else ""
+    )
     if not m.get("autoscale/decision"):
-        return ""
-    return f" | engines -> {m['autoscale/target']}: {m['autoscale/reason']}"
+        return drained
+    return f"{drained} | engines -> {m['autoscale/target']}: {m['autoscale/reason']}"
 
 
 def _synced(m: dict) -> str:

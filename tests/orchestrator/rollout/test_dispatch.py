@@ -92,11 +92,18 @@ class FakeEngine:
 class FakeEngines:
     """What `Dispatch` uses of an `EngineGroup`: the serving actors, admission, draining, deaths."""
 
-    def __init__(self, engines: list[FakeEngine], **config):
+    def __init__(self, engines: list[FakeEngine], leaving: set[int] = frozenset(), **config):
+        """`leaving`: engines whose node Ray drains, noticed at the first health check."""
         self.config = RolloutConfig(engines=len(engines), **config)
         self.actors = {engine.engine_id: engine for engine in engines}
         self.draining: set[int] = set()
         self.died: dict[int, BaseException] = {}
+        self.leaving = set(leaving)
+
+    def drain_leaving_nodes(self) -> list[int]:
+        drained, self.leaving = sorted(self.leaving), set()
+        self.draining.update(drained)
+        return drained
 
     def admit_ready(self, block: bool) -> list[int]:
         return []
@@ -140,6 +147,18 @@ def test_a_dead_engines_groups_are_generated_once_on_the_others():
     assert sorted(result.group_id for result in results) == list(range(6))
     assert {result.engine_id for result in results} == {1}
     assert list(engines.died) == [0] and set(dead.seen) <= set(alive.seen)
+
+
+def test_an_engine_on_a_draining_node_hands_back_its_queued_groups_and_takes_no_more():
+    leaving = FakeEngine(0, per_call=1, delay_s=0.2)  # generates one group at a time: the rest wait queued
+    staying = FakeEngine(1)
+    engines = FakeEngines([leaving, staying], leaving={0}, max_inflight_samples=4, max_queued_samples=12)
+    results = Dispatch(engines, _requests(12), batch=0).run()
+    assert sorted(result.group_id for result in results) == list(range(12))  # each once
+    assert leaving.withdrawn and set(leaving.withdrawn) <= set(staying.seen)
+    on_leaving = [result.group_id for result in results if result.engine_id == 0]
+    assert len(on_leaving) <= 1 and set(on_leaving).isdisjoint(leaving.withdrawn)  # it finished what it had started
+    assert engines.draining == {0}
 
 
 def test_with_no_engine_left_the_batch_fails():

@@ -1,0 +1,98 @@
+"""A rollout node that Ray drains mid-run (`ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION`, what a
+spot instance's preemption notice becomes), on a multi-node cluster (`ray.cluster_utils.Cluster`: real
+raylets on this machine, labelled as in the README). Within a second the run stops giving the node's
+engine groups, takes back its queued ones, and starts a replacement on the other rollout node, before
+the node goes; the node is then killed at its deadline. Every step finishes, every group is trained on
+once, and the drained engine is not counted as a death.
+
+Marked slow (about 2 minutes): `make test PYTEST_ARGS="-m slow"` runs it."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+pytestmark = [pytest.mark.engines, pytest.mark.slow]
+
+STEPS, DEADLINE_S = 12, 30
+ARGS = [
+    "prompts_per_step=4",
+    "num_generations=4",
+    "max_completion_length=48",
+    "ignore_eos=true",
+    f"max_steps={STEPS}",
+    "plot_steps=100",
+]
+
+
+@pytest.fixture
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    from orchestrator.placement.labels import LEARNER_RESOURCE, LEARNER_ROLE, ROLE_LABEL, ROLLOUT_RESOURCE, ROLLOUT_ROLE
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        rollout, learner = {ROLE_LABEL: ROLLOUT_ROLE}, {ROLE_LABEL: LEARNER_ROLE}
+        cluster.rollout = [cluster.add_node(num_cpus=1, labels=rollout, resources={ROLLOUT_RESOURCE: 1}) for _ in range(2)]
+        cluster.learner = cluster.add_node(num_cpus=2, labels=learner, resources={LEARNER_RESOURCE: 1})
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+def _engine_node(cluster) -> str:
+    engines = [a for a in cluster.global_state.actor_table(None).values() if a["ActorClassName"] == "RolloutWorker"]
+    (alive,) = [a for a in engines if a["State"] == "ALIVE"]
+    return alive["Address"]["NodeID"]
+
+
+def test_a_drained_rollout_node_hands_its_work_to_a_replacement_before_it_goes(cluster, tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "RAY_ADDRESS": cluster.address}
+    with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "train", *ARGS, f"output_dir={run}"], stdout=stdout, stderr=stderr, env=env
+        )
+    try:
+        metrics = run / "metrics.jsonl"
+        deadline = time.monotonic() + 600
+        while not (metrics.is_file() and metrics.read_text().count("\n") >= 1):
+            assert proc.poll() is None and time.monotonic() < deadline, "the run ended or stalled before step 2"
+            time.sleep(0.05)
+        node_id = _engine_node(cluster)
+        ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
+        subprocess.run(
+            [ray_cli, "drain-node", "--address", cluster.address, "--node-id", node_id, "--reason",
+             "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "spot preemption notice",
+             f"--deadline-remaining-seconds={DEADLINE_S}"],
+            check=True, env=env, timeout=60,
+        )  # fmt: skip
+        drained_at = time.monotonic()
+        while proc.poll() is None and time.monotonic() < drained_at + DEADLINE_S:
+            time.sleep(0.2)
+        (leaving,) = [node for node in cluster.rollout if node.node_id == node_id]
+        cluster.remove_node(leaving, allow_graceful=False)  # the deadline: the cloud takes the machine
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+    err = (tmp_path / "stderr").read_text()
+    assert proc.returncode == 0, err[-4000:]
+    assert "engine 0 is on node" in err and "which Ray is draining (deadline in" in err, err[-4000:]
+    assert "replacement engine 1 is starting" in err
+    steps = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [m["step"] for m in steps] == list(range(1, STEPS + 1))
+    assert sum(m["rollout/engines_drained"] for m in steps) == 1
+    assert steps[-1]["engine_restarts"] == 0  # drained, not dead
+    table = pq.read_table(run / "rollouts")
+    keys = list(zip(*(table.column(c).to_pylist() for c in ("step", "group_id", "sample_index"))))
+    assert len(keys) == STEPS * 16 and len(set(keys)) == len(keys)
+    assert {r["engine_id"] for r in table.to_pylist() if r["step"] == STEPS} == {1}  # the replacement serves
