@@ -49,7 +49,7 @@ def run(load: Load, settings: AutoscaleSettings | None, engines: int) -> list[St
         clock += step_s
         decision = "fixed"
         if scaler is not None:
-            made = scaler.decide(StepTimings(generate_s, step_s, load.samples * tokens, generate_s), serving)
+            made = scaler.decide(StepTimings(generate_s, step_s, load.samples * tokens, generate_s), serving, len(starting))
             wanted = made.target - serving - len(starting)
             starting += [clock + load.engine_start_s] * max(0, wanted)
             serving = min(serving, made.target)  # a shrink drains an engine by the next step

@@ -149,6 +149,7 @@ class RolloutConfig(StrictModel):
         return self.most_engines() * self.num_cpus_per_engine
 
     def most_engines(self) -> int:
+        """The most engines the pool may have: autoscale.max_engines, else `engines`."""
         return self.autoscale.max_engines if self.autoscale is not None else self.engines
 
     def weight_dtype(self, device: str) -> str | None:

@@ -52,19 +52,26 @@ class Autoscaler:
         self._started = False  # engines we waited for just started: their first batch warms them up
 
     def resized(self, engines: int) -> None:
-        """The pool was resized from outside (`scale`): decide from this size, after a cooldown."""
-        self.target = max(self.settings.min_engines, min(self.settings.max_engines, engines))
+        """The pool was resized from outside (`scale`, within the bounds): decide from this size, after a
+        cooldown; a growth on trial is forgotten (the size it was judged against is gone)."""
+        self.target = engines
+        self._growth, self._started = None, False
         self._restart()
 
-    def decide(self, timings: StepTimings, serving: int) -> Decision:
-        """The target after a step; `serving`: engines serving now (those still starting excluded). Only
+    def decide(self, timings: StepTimings, serving: int, pending: int) -> Decision:
+        """The target after a step; `serving`: engines serving now, `pending`: engines still starting. Only
         steps after the cooldown with every engine serving enter the window: it measures the pool as sized."""
         if self._cooldown:
             self._cooldown -= 1
             return self._hold(f"cooling down after a resize ({self._cooldown + 1} step(s) left)")
-        if serving < self.target:
+        if serving < self.target and pending:
             self._started = True
-            return self._hold(f"waiting for {self.target - serving} engine(s) to start")
+            return self._hold(f"waiting for {pending} engine(s) to start")
+        if serving < self.target:  # given up (no node in time) or dead past max_restarts: go on from what serves
+            self.target = max(self.settings.min_engines, serving)
+            self._growth, self._started = None, False
+            self._restart()
+            return self._hold(f"engines asked for never came: going on from the {serving} serving")
         if self._started:
             self._started = False
             return self._hold("new engine(s) warming up: their first batch is not measured")

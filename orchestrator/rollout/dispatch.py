@@ -7,8 +7,8 @@ The state of the batch lives here, and each thing that can happen to it is one m
     start_tail()      every group is out: queued groups are taken back for engines that free room first
     send(outgoing)    one `exchange` per engine carries its new groups and brings finished ones back
     withdraw(...)     at the tail, engines hand back the groups still queued on them
-    check_health()    engines that hold groups and stopped answering are replaced (health.py); engines on
-                      nodes Ray is draining take no more groups and hand back their queued ones
+    check_health()    engines that hold groups and stopped answering are replaced (health.py)
+    drain()           engines on nodes Ray is draining take no more groups and hand back their queued ones
     collect(future)   a call came back: results are kept, a death sends the engine's groups elsewhere
     died(engine, e)   an engine is gone: its groups go back to the front of the queue
 
@@ -39,6 +39,7 @@ from orchestrator.rollout.engine_group import EngineFailedError, EngineGroup
 from orchestrator.rollout.health import Watchdog
 
 WATCHDOG_TICK_S = 1.0  # how often the loop looks for wedged engines (each is asked every health_check_interval_s)
+DRAIN_CHECK_S = 5.0  # how often it asks Ray which nodes are draining (a preemption notice gives 30 s or more)
 
 
 class Dispatch:
@@ -71,6 +72,7 @@ class Dispatch:
         self.tail = not self.queued  # the last groups are out: engines with room get the queued ones
         self.to_withdraw: set[int] = set()  # engines to ask for their queued groups back, at the end of the batch
         self.next_check = 0.0
+        self.next_drain_check = 0.0
         self.results: list[GroupResult] = []
         self.freezer = ResultFreezer()  # results pile up: keep the collector from re-walking them (collector.py)
 
@@ -84,7 +86,8 @@ class Dispatch:
             self.withdraw(outgoing)
             self.returned.clear()
             self.check_health()
-            for future in _drain(self.finished, timeout=WATCHDOG_TICK_S):
+            self.drain()
+            for future in _take_all(self.finished, timeout=WATCHDOG_TICK_S):
                 self.collect(future)
         self.engines.stop_drained(busy=set())
         return self.results
@@ -143,8 +146,7 @@ class Dispatch:
 
     def check_health(self) -> None:
         """Every WATCHDOG_TICK_S, the busy engines that stopped answering are replaced; killed, an engine's
-        waiting call fails as a death's does, and its groups go to the others. Engines whose node Ray is
-        draining are drained: their queued groups are taken back for the others."""
+        waiting call fails as a death's does, and its groups go to the others."""
         if time.monotonic() < self.next_check:  # each check looks at every busy engine: not once per result
             return
         self.next_check = time.monotonic() + WATCHDOG_TICK_S
@@ -152,7 +154,15 @@ class Dispatch:
         for engine_id, why in self.watchdog.check(busy).items():
             log.warning(f"engine {engine_id} is wedged: {why}; replacing it")
             self.died(engine_id, EngineWedgedError(f"engine {engine_id}: {why}"))
-        for engine_id in self.engines.drain_leaving_nodes():  # they finish what they started, if their node lasts
+
+    def drain(self) -> None:
+        """Every DRAIN_CHECK_S, engines on nodes Ray is draining are drained (engine_group.py): they take
+        no more groups and their queued ones are taken back; they finish what they started if their node
+        lasts, and a death's handling covers the rest."""
+        if time.monotonic() < self.next_drain_check:
+            return
+        self.next_drain_check = time.monotonic() + DRAIN_CHECK_S
+        for engine_id in self.engines.drain_leaving_nodes():
             self.dispatcher.remove(engine_id)
             if self.held.get(engine_id):
                 self.to_withdraw.add(engine_id)
@@ -224,7 +234,7 @@ class Dispatch:
         self.returned.add(engine_id)
 
 
-def _drain(finished: queue.SimpleQueue, timeout: float) -> list:
+def _take_all(finished: queue.SimpleQueue, timeout: float) -> list:
     """Everything in the queue, waiting up to `timeout` for the first item (none: empty list)."""
     try:
         items = [finished.get(timeout=timeout)]

@@ -116,6 +116,8 @@ class EngineGroup:
         """Start every engine and admit them all (each checked, then `on_engine_ready`) or fail."""
         import ray
 
+        from workers.fences import ray as fenced_ray  # noqa: F401  (its release check: now, not mid-run)
+
         self._bundle_ref = ray.put(self.bundle)
         try:
             for _ in range(self.config.engines):
@@ -247,7 +249,11 @@ class EngineGroup:
 
         if not self.nodes:  # simulated engines, or none started yet
             return []
-        leaving = draining_nodes()
+        try:
+            leaving = draining_nodes()
+        except Exception as error:  # drains are acted on at best effort: a failed look is no reason to stop
+            log.warning(f"could not ask Ray which nodes are draining ({type(error).__name__}: {error}); asking again later")
+            return []
         drained = [e for e, node in self.nodes.items() if node in leaving and e in self.actors and e not in self.draining]
         for engine_id in drained:
             self.draining.add(engine_id)
@@ -358,7 +364,7 @@ def _core_slots(cluster, config: RolloutConfig, learner_cores: int) -> CoreSlots
     if config.cpu_threads_bind is not None or config.tensor_parallel_size > 1 or not one_cpu_node(cluster):
         return None
     cores = sorted(os.sched_getaffinity(0))
-    return CoreSlots(cores[: len(cores) - learner_cores], config.engines)
+    return CoreSlots(cores[: len(cores) - learner_cores], config.most_engines())  # slots for engines autoscaling adds too
 
 
 def one_cpu_node(cluster) -> bool:

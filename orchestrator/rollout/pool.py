@@ -49,6 +49,11 @@ class RolloutPool:
         return len(self.engines.actors)
 
     @property
+    def serving(self) -> int:
+        """Engines serving and not being drained (`size` counts those draining until they stop)."""
+        return len(set(self.engines.actors) - self.engines.draining)
+
+    @property
     def pending(self) -> int:
         """Engines starting: asked for, not serving yet (on a cluster, perhaps waiting for a node)."""
         return len(self.engines.starting)

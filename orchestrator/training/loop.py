@@ -15,6 +15,7 @@ prefetch.py) up to N steps' batches generate while this step trains, at most N p
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -93,10 +94,15 @@ class GRPORun:
         )
         self._stop = stopping.GracefulStop()  # entered by `run`
         self._learner_restarts = 0
+        self._learner_drains = 0  # learners moved off a node Ray was draining
         self._control = ControlFile(run_dir.control)
         settings = config.rollout.autoscale
         self.autoscaler = Autoscaler(settings, config.rollout.engines) if settings is not None else None
-        self._resize_to: int | None = None  # the autoscaler's target, applied by the thread that owns the pool
+        # Sizes passed between the main thread (the autoscaler) and the one that owns the pool (async: the
+        # generation thread), under `_sizing`: the autoscaler's target to apply, and a `scale` request applied.
+        self._sizing = threading.Lock()
+        self._resize_to: int | None = None
+        self._scaled_to: int | None = None
         self._drained = 0  # engines drained for their node before this step (pool.drained)
         self._trackers = Trackers([])  # `run` opens the configured ones
         self._generating = BusyClock()  # the pool's time in `generate`, on whichever thread calls it
@@ -117,6 +123,8 @@ class GRPORun:
             while step <= self.config.max_steps:
                 try:
                     saved = self._run_step(step)
+                    if not self._stop.requested and step < self.config.max_steps:
+                        self._leave_a_draining_node(step, saved)
                 except LearnerDiedError as death:
                     step = self._restart_learner(death, step) + 1
                     continue
@@ -177,6 +185,35 @@ class GRPORun:
             # Engines stuck in the dead learner's NCCL broadcast never finish it: replace them now, not
             # once the next sync has timed out on them too (async: the generation thread replaces them).
             self.parts.pool.drop(death.engines, replace_now=not self._prefetch.running)
+        self._replace_learner(checkpoint, state)
+        return state.step
+
+    def _leave_a_draining_node(self, step: int, saved: bool) -> None:
+        """A learner whose node Ray is draining (a preemption notice, `ray drain-node`) is moved before
+        the node goes: checkpointed now (unless this step just did), then started again from that
+        checkpoint on a node not draining, the learner-restart path with nothing to run again. Not
+        counted against learner.max_restarts."""
+        from workers.fences.ray import draining_nodes
+
+        leaving = draining_nodes()
+        nodes = [node for node in self.parts.learner.node_ids() if node in leaving] if leaving else []
+        if not nodes:
+            return
+        left_s = min(leaving[node] for node in nodes) - time.time()
+        if not saved:
+            self.save(step)
+        checkpoint, state = self.run_dir.latest_checkpoint()
+        self._learner_drains += 1
+        log.warning(
+            f"step {step}: the learner's node {nodes[0][:12]} is being drained by Ray ("
+            + (f"deadline in {left_s:.0f}s" if left_s < float("inf") else "no deadline")
+            + f"); checkpointed as {checkpoint.name}, starting the learner again on another learner node"
+        )
+        self._replace_learner(checkpoint, state)
+
+    def _replace_learner(self, checkpoint: Path | None, state: ResumeState) -> None:
+        """A new learner from `checkpoint` (None: the initial model): generation ahead is discarded, the
+        record and the prompt stream rewound to `state`, and every engine loads its weights."""
         try:
             self._prefetch.discard()  # async: the batches generated ahead come from the rewound stream again
         except LearnerDiedError:
@@ -189,7 +226,6 @@ class GRPORun:
         self._trackers.rewind(state.step)
         self.stream.position = state.stream_position
         self.parts.pool.sync_weights(self.weights)
-        return state.step
 
     def _generate(self, requests) -> tuple[StepSamples, StepRewards]:
         """The step's samples in request order, and its rewards (reward tasks started as groups came
@@ -245,15 +281,28 @@ class GRPORun:
         """Pick up `python -m orchestrator scale RUN_DIR --engines N`, or else the autoscaler's target,
         between steps."""
         request = self._control.poll()
-        if request is not None and request.get("engines") is not None:
-            log.info(f"scaling the rollout pool to {request['engines']} engine(s)")
-            self.parts.pool.resize(int(request["engines"]))
-            if self.autoscaler is not None:  # it goes on from the size asked for, after its cooldown
-                self.autoscaler.resized(int(request["engines"]))
-            self._resize_to = None
-        elif self._resize_to is not None:
-            target, self._resize_to = self._resize_to, None
+        asked = self._within_bounds(int(request["engines"])) if request and request.get("engines") is not None else None
+        with self._sizing:
+            if asked is not None:  # the autoscaler goes on from it, after its cooldown (`_autoscale`)
+                target, self._scaled_to, self._resize_to = asked, asked, None
+            else:
+                target, self._resize_to = self._resize_to, None
+        if target is not None:
+            if asked is not None:
+                log.info(f"scaling the rollout pool to {asked} engine(s)")
             self.parts.pool.resize(target)
+
+    def _within_bounds(self, engines: int) -> int:
+        """A `scale` request, held within rollout.autoscale's bounds when the run autoscales."""
+        if self.autoscaler is None:
+            return engines
+        bounds = self.autoscaler.settings
+        kept = max(bounds.min_engines, min(bounds.max_engines, engines))
+        if kept != engines:
+            log.warning(
+                f"scale: {engines} engine(s) is outside rollout.autoscale's [{bounds.min_engines}, {bounds.max_engines}]; using {kept}"
+            )
+        return kept
 
     def step(self, step: int) -> dict:
         start, generating = time.perf_counter(), self._generating.seconds()
@@ -319,12 +368,13 @@ class GRPORun:
     def _autoscale(self, metrics: dict, tokens: int) -> dict:
         """The pool's figures for the step and, with `rollout.autoscale`, the autoscaler's decision; a
         resize is applied where scaling requests are (`_apply_control`), before the next generation."""
-        pool, step_s = self.parts.pool, metrics["time/step"]
-        drained, self._drained = pool.drained - self._drained, pool.drained
+        pool, step_s, drained_so_far = self.parts.pool, metrics["time/step"], self.parts.pool.drained
+        drained, self._drained = drained_so_far - self._drained, drained_so_far
         figures = {
-            "rollout/engines": pool.size,
+            "rollout/engines": pool.serving,
             "rollout/engines_pending": pool.pending,
             "rollout/engines_drained": drained,
+            "learner/drains": self._learner_drains,
             "rollout/idle_fraction": max(0.0, 1.0 - metrics["time/pool_busy"] / step_s) if step_s > 0 else 0.0,
             "learner/wait_s": metrics["time/generate"],
         }
@@ -337,11 +387,16 @@ class GRPORun:
                 "autoscale/decision": 0,
                 "autoscale/reason": "first step: not measured",
             }
+        with self._sizing:
+            scaled, self._scaled_to = self._scaled_to, None
+        if scaled is not None:
+            self.autoscaler.resized(scaled)
         timings = StepTimings(metrics["time/generate"], step_s, tokens, metrics["time/pool_busy"])
-        decision = self.autoscaler.decide(timings, serving=pool.size)
+        decision = self.autoscaler.decide(timings, serving=pool.serving, pending=pool.pending)
         if decision.change:
             log.info(f"autoscale: {decision.target} engine(s): {decision.reason}")
-            self._resize_to = decision.target
+            with self._sizing:
+                self._resize_to = decision.target
         return {
             **figures,
             "autoscale/target": decision.target,

@@ -533,3 +533,10 @@ def test_the_rayjob_starts_the_pods_its_config_needs():
     )
     assert learner["replicas"] == config.learner.workers, "one learner pod per learner worker (learner.workers)"
     assert _pod_gpus(learner) >= (config.learner.num_gpus or 1)
+    autoscale = config.rollout.autoscale
+    if autoscale is not None:  # the run's autoscaling asks for pods the group is allowed to add
+        most = rollout["maxReplicas"] * (_pod_gpus(rollout) // tp)
+        assert autoscale.max_engines <= most, (
+            f"rollout.autoscale.max_engines {autoscale.max_engines} asks for more engines than maxReplicas "
+            f"{rollout['maxReplicas']} pods place ({most}): the extra engines would wait for pods forever"
+        )

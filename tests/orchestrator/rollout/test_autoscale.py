@@ -22,7 +22,8 @@ def run(scaler: Autoscaler, timings: list[StepTimings], serving=None) -> list[tu
     """(target, change) after each step; the pool serves its target unless `serving` says otherwise."""
     out = []
     for index, timing in enumerate(timings):
-        decision = scaler.decide(timing, serving=scaler.target if serving is None else serving[index])
+        serves = scaler.target if serving is None else serving[index]
+        decision = scaler.decide(timing, serving=serves, pending=scaler.target - serves)
         out.append((decision.target, decision.change))
     return out
 
@@ -33,7 +34,7 @@ def test_it_grows_while_the_learner_waits_and_holds_at_max_engines():
     rates = [100, 100, 200, 200, 200, 300, 300, 300, 300]
     decisions = run(scaler, [step(0.8, rate) for rate in rates])
     assert decisions == [(1, 0), (2, 1), (2, 0), (2, 0), (3, 1), (3, 0), (3, 0), (3, 0), (3, 0)]
-    assert "max_engines" in scaler.decide(step(0.8, 300), serving=3).reason
+    assert "max_engines" in scaler.decide(step(0.8, 300), serving=3, pending=0).reason
 
 
 def test_it_shrinks_while_generation_keeps_ahead_down_to_min_engines():
@@ -47,7 +48,7 @@ def test_inside_the_band_it_holds():
     scaler = Autoscaler(SETTINGS, engines=2)
     decisions = run(scaler, [step(wait) for wait in (0.3, 0.45, 0.12, 0.49, 0.2, 0.11)])
     assert {change for _, change in decisions} == {0} and scaler.target == 2
-    assert "holding" in scaler.decide(step(0.3), serving=2).reason
+    assert "holding" in scaler.decide(step(0.3), serving=2, pending=0).reason
 
 
 def test_it_decides_on_the_window_not_one_step():
@@ -61,8 +62,15 @@ def test_engines_still_starting_are_waited_for_not_counted_against_the_pool():
     assert decisions[:2] == [(1, 0), (2, 1)]
     assert decisions[2:5] == [(2, 0)] * 3  # a node for the second engine has not come: no decision
     assert decisions[5:] == [(2, 0), (2, 0)]  # its first batch (warm-up) is not measured, then the window refills
-    assert "waiting for 1 engine(s) to start" in scaler.decide(step(0.8), serving=1).reason
-    assert "warming up" in scaler.decide(step(0.8), serving=2).reason
+    assert "waiting for 1 engine(s) to start" in scaler.decide(step(0.8), serving=1, pending=1).reason
+    assert "warming up" in scaler.decide(step(0.8), serving=2, pending=0).reason
+
+
+def test_an_engine_that_never_came_is_given_up_and_the_pool_goes_on_from_what_serves():
+    scaler = Autoscaler(SETTINGS.model_copy(update={"cooldown_steps": 0}), engines=2)
+    decision = scaler.decide(step(0.8), serving=1, pending=0)  # its start deadline passed, or it died for good
+    assert scaler.target == 1 and "never came: going on from the 1 serving" in decision.reason
+    assert run(scaler, [step(0.8)] * 2) == [(1, 0), (2, 1)]  # and it decides again (here: grow)
 
 
 def test_a_growth_that_did_not_raise_throughput_is_undone_and_not_tried_again():
@@ -72,14 +80,16 @@ def test_a_growth_that_did_not_raise_throughput_is_undone_and_not_tried_again():
     assert scaler.ceiling == 1
     later = run(scaler, [step(0.8, 100)] * 4)
     assert {target for target, _ in later} == {1}
-    assert "the last growth did not pay" in scaler.decide(step(0.8), serving=1).reason
+    assert "the last growth did not pay" in scaler.decide(step(0.8), serving=1, pending=0).reason
 
 
-def test_a_manual_resize_is_taken_within_bounds_and_starts_a_cooldown():
+def test_a_manual_resize_starts_a_cooldown_and_ends_a_growth_on_trial():
     scaler = Autoscaler(SETTINGS, engines=1)
-    scaler.resized(7)
-    assert scaler.target == 3
-    assert "cooling down" in scaler.decide(step(0.02), serving=3).reason
+    assert run(scaler, [step(0.8, 100)] * 2) == [(1, 0), (2, 1)]  # a growth on trial
+    scaler.resized(1)  # `scale --engines 1`
+    assert "cooling down" in scaler.decide(step(0.02), serving=1, pending=0).reason
+    decisions = run(scaler, [step(0.3, 50)] * 3)  # half the throughput: judged against nothing, never undone
+    assert {target for target, _ in decisions} == {1} and scaler.ceiling == SETTINGS.max_engines
 
 
 def test_bad_bounds_are_refused_naming_them():
