@@ -13,6 +13,8 @@ and inside functions, attribute accesses) of every module of orchestrator/ and w
 - failures are told apart by type where a type exists: no module tests whether a text is `in`
   `str(x)`, `repr(x)`, `x.args` or `x.message` (raise a type of your own where a library gives none;
   Ray's causes of an actor's death, which it gives only as text, are read in orchestrator/learner/death.py);
+- every function is called by the project itself: none only by tests (a path `train` never takes) or
+  by nothing (dead code); library hooks, dispatched entry points and registered validators aside;
 - every function reads at once: at most MAX_FUNCTION_LINES lines (from `def` to its last line) and at
   most MAX_NESTING blocks deep (if, for, while, with, try, match; a nested function starts again).
 """
@@ -20,6 +22,7 @@ and inside functions, attribute accesses) of every module of orchestrator/ and w
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -391,4 +394,83 @@ def test_the_check_catches_a_message_match(tmp_path):
     assert message_matches(project_modules(tmp_path), tmp_path) == [
         "workers/code.py:2: matches \"'Timed out waiting' in str(error)\": tell it by type",
         "workers/code.py:2: matches \"'gone' not in error.args\": tell it by type",
+    ]
+
+
+# Called by other libraries, not by name in the project: torch's nn.Module, importlib's loader protocol,
+# transformers' TrainerCallback.
+LIBRARY_HOOKS = {"forward", "get_source", "get_code", "on_step_end"}
+# The commands' entry points, called as getattr(module, f"run_{command}") (orchestrator/__main__.py).
+DISPATCHED_PREFIX = "run_"
+# Known: the learner's gradient-equality tests drive it; train_step's loop does not call it.
+KNOWN_TEST_ONLY = {"accumulate_gradients"}
+
+
+def unused_functions(modules: dict[str, Path], root: Path, tests: Path) -> list[str]:
+    """Functions and methods of the project that nothing in it calls: called only by tests (a path
+    `train` does not take) or by nothing at all. A name counts as called where the project's code
+    names it anywhere: a call, an attribute, an import, or a word in a string ('module:function')."""
+    used = _names_used(modules.values())
+    tested = _names_used(tests.rglob("*.py"))
+    found = []
+    for path in modules.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or _exempt(node) or node.name in used:
+                continue
+            who = "only by tests" if node.name in tested else "by nothing"
+            found.append(f"{path.relative_to(root)}:{node.lineno}: {node.name} is called {who}")
+    return sorted(found)
+
+
+def _exempt(node: ast.FunctionDef) -> bool:
+    """Dunders, library hooks, dispatched entry points, and functions a decorator call registers
+    (pydantic's `@model_validator(...)`: the library calls them)."""
+    name = node.name
+    registered = any(isinstance(decorator, ast.Call) for decorator in node.decorator_list)
+    dunder = name.startswith("__") and name.endswith("__")
+    return dunder or registered or name in LIBRARY_HOOKS or name in KNOWN_TEST_ONLY or name.startswith(DISPATCHED_PREFIX)
+
+
+def _names_used(files) -> set[str]:
+    names = set()
+    for file in files:
+        for node in ast.walk(ast.parse(Path(file).read_text())):
+            if isinstance(node, ast.Attribute):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name):
+                names.add(node.id)
+            elif isinstance(node, ast.alias):
+                names.add(node.name.rsplit(".", 1)[-1])
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.update(re.findall(r"[A-Za-z_]\w*", node.value))
+    return names
+
+
+def test_no_function_is_called_only_by_tests():
+    assert unused_functions(project_modules(ROOT), ROOT, ROOT / "tests") == []
+
+
+def test_the_check_catches_a_function_only_tests_call(tmp_path):
+    (tmp_path / "orchestrator").mkdir()
+    (tmp_path / "orchestrator" / "__init__.py").write_text("")
+    (tmp_path / "orchestrator" / "code.py").write_text(
+        "class Pool:\n"
+        "    def generate(self):\n"
+        "        return self.size()\n"
+        "    def size(self):\n"
+        "        return 1\n"
+        "    def node_ids(self):\n"
+        "        return []\n"
+        "def forgotten():\n"
+        "    return 0\n"
+        "@validator('x')\n"
+        "def _registered():\n"
+        "    return 0\n"
+        "ENTRY = 'orchestrator.code:generate'\n"
+    )
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_code.py").write_text("def test_it(pool):\n    assert pool.node_ids() == []\n")
+    assert unused_functions(project_modules(tmp_path), tmp_path, tmp_path / "tests") == [
+        "orchestrator/code.py:6: node_ids is called only by tests",
+        "orchestrator/code.py:8: forgotten is called by nothing",
     ]

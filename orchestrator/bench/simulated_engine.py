@@ -58,7 +58,7 @@ def completion_lengths(seed: int | None, group_id: int, count: int, mean: float,
 class SimulatedEngine:
     """One engine's schedule. The caller owns the clock: `advance(t)` moves the engine to time t and
     returns the groups that finished on the way (with the exact time each finished), `admit` adds a
-    group at the engine's current time, and `next_event()` says when the next sample finishes.
+    group at the engine's current time, and `next_group_done()` says when the next group finishes.
 
     Every running sample decodes one token per step, so one counter (`decoded`: tokens each running
     sample has gained since the engine started) tells them all apart: a sample admitted at counter
@@ -93,14 +93,6 @@ class SimulatedEngine:
             heapq.heappush(self._running, (self.decoded + length, key, index))
         self._left[key] = len(lengths)
         self.tokens += sum(lengths)
-
-    def next_event(self) -> float | None:
-        """When the next sample finishes, if nothing is admitted before then."""
-        if not self._running:
-            return None
-        target = self._running[0][0]
-        start = max(self.clock, self.prefill_until)
-        return start + (target - self.decoded) * self.timing.step_s(len(self._running))
 
     def next_group_done(self) -> float | None:
         """When the next group finishes, if nothing is admitted before then: a walk over the running

@@ -21,6 +21,7 @@ LENGTH_SCALE = 64.0
 HIDDEN = 16
 MAX_POSITIONS = 2048
 RECIPE_VERSION = 1
+PROBE_TOKENS = 32  # the build checks its score of a sample this long
 
 
 def short_preferring_reward_model() -> Path:
@@ -66,6 +67,11 @@ def _build(folder: Path) -> None:
         model.transformer.wpe.weight.copy_(-(positions / LENGTH_SCALE) * v)
         # LayerNorm(u - t v) = (u - t v) / sqrt((2 + 2t^2) / HIDDEN); its v component is -2t / that.
         model.score.weight.copy_(v[None] / (2 * math.sqrt(HIDDEN / 2)))
+        probe = torch.full((1, PROBE_TOKENS), tokenizer.eos_token_id + 1)  # any token but the pad (EOS)
+        scores = model.eval()(probe, attention_mask=torch.ones_like(probe)).logits  # the last position's score
+    scored, expected = float(scores[0, 0]), expected_reward(PROBE_TOKENS - 1)
+    if abs(scored - expected) > 1e-4:  # LayerNorm's eps puts it ~1e-5 off; a wrong build is never cached
+        raise RuntimeError(f"the built reward model scores {scored} for {PROBE_TOKENS} tokens, not {expected}")
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 

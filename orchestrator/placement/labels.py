@@ -37,15 +37,3 @@ ROLLOUT_RESOURCE = "rollout_node"
 
 LEARNER_RESOURCE = "learner_node"
 """Custom resource advertised (1 unit) by learner nodes: the label fallback."""
-
-
-def ray_start_labels(role: str) -> str:
-    """Return the value ``ray start --labels`` takes for a node of ``role``.
-
-    Ray 2.49+ parses ``--labels`` as comma-separated ``key=value`` pairs (the
-    older JSON form still parses in Ray 2.60 but is deprecated), so a rollout
-    node is started with ``ray start --labels role=rollout``.
-    """
-    if role not in (ROLLOUT_ROLE, LEARNER_ROLE):
-        raise ValueError(f"unknown node role {role!r}: expected {ROLLOUT_ROLE!r} or {LEARNER_ROLE!r}")
-    return f"{ROLE_LABEL}={role}"

@@ -27,10 +27,6 @@ class Plan:
     slots: int  # token slots the forward passes compute, padding included
     tokens: int  # real tokens (prompt + completion) of the rows planned
 
-    @property
-    def pad_fraction(self) -> float:
-        return 1.0 - self.tokens / self.slots if self.slots else 0.0
-
 
 def plan(
     prompt_lengths: np.ndarray,

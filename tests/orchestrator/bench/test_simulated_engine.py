@@ -24,10 +24,10 @@ def test_a_lone_sample_takes_prefill_plus_one_step_per_token():
     engine = SimulatedEngine(timing)
     engine.admit(key=1, prompt_tokens=100, lengths=[20])
     done_at = 100 * 0.0001 + 20 * timing.step_s(1)
-    assert engine.next_event() == pytest.approx(done_at)
+    assert engine.next_group_done() == pytest.approx(done_at)
     assert engine.advance(done_at - 1e-6) == []
     assert engine.advance(done_at + 1e-6) == [(1, pytest.approx(done_at))]
-    assert engine.running == 0 and engine.next_event() is None
+    assert engine.running == 0 and engine.next_group_done() is None
 
 
 def test_steps_slow_down_with_the_batch_and_a_group_ends_with_its_last_sample():

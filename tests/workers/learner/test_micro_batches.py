@@ -33,7 +33,8 @@ def test_packing_wastes_less_than_padding_and_one_row_nothing():
         for packed, one in ((False, False), (True, False), (True, True))
     )
     whole = micro_batches.plan(prompts, completions, None, None, packed=False)
-    assert whole.pad_fraction > padded.pad_fraction > rows.pad_fraction > one_row.pad_fraction == 0.0
+    waste = [1.0 - p.tokens / p.slots for p in (whole, padded, rows, one_row)]  # the step's learner/pad_fraction
+    assert waste[0] > waste[1] > waste[2] > waste[3] == 0.0
     assert len(one_row.micro_batches) <= len(rows.micro_batches) <= len(padded.micro_batches)
 
 
