@@ -402,8 +402,6 @@ def test_the_check_catches_a_message_match(tmp_path):
 LIBRARY_HOOKS = {"forward", "get_source", "get_code", "on_step_end"}
 # The commands' entry points, called as getattr(module, f"run_{command}") (orchestrator/__main__.py).
 DISPATCHED_PREFIX = "run_"
-# Known: the learner's gradient-equality tests drive it; train_step's loop does not call it.
-KNOWN_TEST_ONLY = {"accumulate_gradients"}
 
 
 def unused_functions(modules: dict[str, Path], root: Path, tests: Path) -> list[str]:
@@ -428,7 +426,7 @@ def _exempt(node: ast.FunctionDef) -> bool:
     name = node.name
     registered = any(isinstance(decorator, ast.Call) for decorator in node.decorator_list)
     dunder = name.startswith("__") and name.endswith("__")
-    return dunder or registered or name in LIBRARY_HOOKS or name in KNOWN_TEST_ONLY or name.startswith(DISPATCHED_PREFIX)
+    return dunder or registered or name in LIBRARY_HOOKS or name.startswith(DISPATCHED_PREFIX)
 
 
 def _names_used(files) -> set[str]:

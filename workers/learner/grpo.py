@@ -200,20 +200,12 @@ class GRPOLearner:
         on each, and all of that `num_iterations` times (TRL's order); returns the round's learner metrics
         (losses, gradient norms and TRL's loss figures averaged over its updates)."""
         start = time.perf_counter()
-        trainer = self.trainer
-        parts = self._round(batch)
-        passes = {}
-        if self.needs_old_policy_pass(len(parts)):
-            began = time.perf_counter()
-            for part in parts:
-                self._old_policy(part)
-            if self.world_size > 1:
-                parts[0].stats.all_reduce()
-            passes["time/old_logps"] = time.perf_counter() - began
+        trainer, learner = self.trainer, self.config.learner
+        parts, passes = self.prepare_round(batch, learner.micro_batch_size, learner.max_tokens_per_micro_batch)
         updates = []
         for _ in range(self.config.num_iterations):
             for part in parts:
-                metrics = self._accumulate(part)
+                metrics = self.accumulate_gradients(part)
                 grad_norm = trainer.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
                 self.optimizer.step()
                 trainer.lr_scheduler.step()
@@ -223,11 +215,44 @@ class GRPOLearner:
         self._gather_weights()
         return {
             **_mean_over(updates),
-            **parts[0].stats.metrics(self.corrected),  # shared by the parts: the whole round's
             **passes,
             "learning_rate": float(trainer.lr_scheduler.get_last_lr()[0]),
             "time/learner_step": time.perf_counter() - start,
         }
+
+    def prepare_round(
+        self, batch: dict[str, np.ndarray], micro_batch_size: int | None, max_tokens: int | None
+    ) -> tuple[list[step_inputs.StepInputs], dict[str, float]]:
+        """The round's parts on the device (step_inputs.round_parts), each cut into micro-batches (at most
+        `micro_batch_size` samples and `max_tokens` token slots each; None: no such limit), and, when an
+        update comes after another, the old log-probs of them all before the first; the parts share one
+        engines-vs-learner tally, and TRL's token-level losses divide by the whole round's tokens. Also
+        the time that pass took (`time/old_logps`), when it ran.
+
+        As one of several ranks, `batch` is this rank's shard (its parts then give the gradient of the
+        whole step's loss, all ranks' shards, and the figures of the whole step)."""
+        stats = importance_sampling.SamplingStats(self.device)
+        parts = [
+            self._prepare(part, micro_batch_size, max_tokens, stats)
+            for part in step_inputs.round_parts(batch, self.config.steps_per_generation, self.round_seed())
+        ]
+        round_tokens = sum(part.tokens for part in parts)
+        for part in parts:
+            part.round_tokens = round_tokens
+        if not self.needs_old_policy_pass(len(parts)):
+            return parts, {}
+        began = time.perf_counter()
+        for part in parts:
+            self._old_policy(part)
+        if self.world_size > 1:
+            stats.all_reduce()
+        return parts, {"time/old_logps": time.perf_counter() - began}
+
+    def accumulate_gradients(self, part: step_inputs.StepInputs) -> dict[str, float]:
+        """Backward passes over a part's micro-batches, accumulating into `.grad` the gradient of its
+        loss; no optimizer step. Returns its loss, the micro-batches' figures and the round's
+        engines-vs-learner figures."""
+        return {**self._accumulate(part), **part.stats.metrics(self.corrected)}
 
     def needs_old_policy_pass(self, parts: int) -> bool:
         """Whether the round needs the old log-probs before its first update: only when an update comes
@@ -235,40 +260,9 @@ class GRPOLearner:
         (detached, as TRL's loss takes them), and the engine correction with them: the same loss."""
         return parts > 1 or self.config.num_iterations > 1
 
-    def _round(self, batch: dict[str, np.ndarray]) -> list[step_inputs.StepInputs]:
-        """The round's parts (step_inputs.round_parts), each cut into micro-batches; they share one
-        engines-vs-learner tally, and TRL's token-level losses divide by the whole round's tokens."""
-        learner = self.config.learner
-        stats = importance_sampling.SamplingStats(self.device)
-        parts = [
-            self._prepare(part, learner.micro_batch_size, learner.max_tokens_per_micro_batch, stats)
-            for part in step_inputs.round_parts(batch, self.config.steps_per_generation, self.round_seed())
-        ]
-        round_tokens = sum(part.tokens for part in parts)
-        for part in parts:
-            part.round_tokens = round_tokens
-        return parts
-
     def round_seed(self) -> int:
         """Seeds the shuffle of the next round's parts: the same on every rank, and on a resumed run."""
         return self.config.seed * 1_000_003 + self.policy_version
-
-    def accumulate_gradients(
-        self, batch: dict[str, np.ndarray], micro_batch_size: int | None, max_tokens: int | None
-    ) -> dict[str, float]:
-        """Backward passes over the batch in micro-batches (micro_batches.py: at most `micro_batch_size`
-        samples and `max_tokens` token slots each; None: no such limit), accumulating into `.grad` the
-        gradient of the whole batch's loss; no optimizer step. Returns the batch's loss, the
-        engines-vs-learner figures and the micro-batches' figures.
-
-        As one of several ranks, `batch` is this rank's shard: `.grad` then holds the gradient of the whole
-        step's loss (all ranks' shards), and the figures returned are the whole step's."""
-        step = self._prepare(batch, micro_batch_size, max_tokens, importance_sampling.SamplingStats(self.device))
-        if self.needs_old_policy_pass(1):
-            self._old_policy(step)
-            if self.world_size > 1:
-                step.stats.all_reduce()
-        return {**self._accumulate(step), **step.stats.metrics(self.corrected)}
 
     def _prepare(
         self, batch: dict[str, np.ndarray], micro_batch_size: int | None, max_tokens: int | None, stats

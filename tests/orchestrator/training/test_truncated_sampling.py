@@ -21,6 +21,13 @@ pytestmark = pytest.mark.engines
 TOP_P = 0.9
 
 
+def _first_update(learner, batch, micro_batch_size=None, max_tokens=None) -> dict:
+    """What train_step does up to its first optimizer step: the round prepared, the gradient of its one
+    part's loss accumulated in `.grad`; its metrics."""
+    (part,), _ = learner.prepare_round(batch, micro_batch_size, max_tokens)
+    return learner.accumulate_gradients(part)
+
+
 def test_top_p_mismatch_is_bounded_and_the_ratio_is_the_nucleus_mass(pool, tiny, learner_tokenizer):
     prompts = search_task.prompts(8, seed=11)
     sampling = SamplingConfig(max_tokens=24, temperature=1.0, top_p=TOP_P, seed=5)
@@ -44,7 +51,7 @@ def test_top_p_mismatch_is_bounded_and_the_ratio_is_the_nucleus_mass(pool, tiny,
     assert log_ratio.min() >= math.log(TOP_P) - 1e-5
     assert (log_ratio < -1e-3).mean() > 0.05  # the nucleus left tokens out at some steps
 
-    metrics = learner.accumulate_gradients(batch, None, None)
+    metrics = _first_update(learner, batch)
     assert metrics["sampling/sampling_logp_difference/max"] <= -math.log(TOP_P) + 1e-5
     assert TOP_P - 1e-5 <= metrics["sampling/importance_sampling_ratio/min"] < 1.0
     assert metrics["sampling/importance_sampling_ratio/max"] <= 1.0 + 1e-5

@@ -30,7 +30,8 @@ def main(work: Path, rank: int, world_size: int, port: int) -> None:
     learner = GRPOLearner(config, run["model"], run["tokenizer"])
     batches = pickle.loads((work / f"shards-{rank}.pkl").read_bytes())
 
-    learner.accumulate_gradients(batches[0], config.learner.micro_batch_size, config.learner.max_tokens_per_micro_batch)
+    (part,), _ = learner.prepare_round(batches[0], config.learner.micro_batch_size, config.learner.max_tokens_per_micro_batch)
+    learner.accumulate_gradients(part)  # train_step's first update, before its optimizer step
     model = learner.trainer.accelerator.unwrap_model(learner.model)  # DDP's wrapper prefixes every name
     gradients = {name: _whole(p.grad).cpu() for name, p in model.named_parameters() if p.grad is not None}
     held = sum(_local(p).numel() for p in model.parameters())

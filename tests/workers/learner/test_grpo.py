@@ -12,6 +12,13 @@ from orchestrator.training.batch import learner_batch
 from workers.learner.grpo import GRPOLearner
 
 
+def _first_update(learner, batch, micro_batch_size=None, max_tokens=None) -> dict:
+    """What train_step does up to its first optimizer step: the round prepared, the gradient of its one
+    part's loss accumulated in `.grad`; its metrics."""
+    (part,), _ = learner.prepare_round(batch, micro_batch_size, max_tokens)
+    return learner.accumulate_gradients(part)
+
+
 @pytest.fixture(scope="module")
 def learner(tiny):
     config = TrainConfig(num_generations=2, prompts_per_step=2, learning_rate=1e-2, temperature=1.5, max_steps=5)
@@ -105,7 +112,7 @@ def _uneven_batch(learner, rows=10, seed=0):
 
 def _gradients(learner, batch, micro_batch_size=None, max_tokens=None, packed=False, one_row=False):
     learner.packed, learner._one_row = packed, one_row
-    metrics = learner.accumulate_gradients(batch, micro_batch_size, max_tokens)
+    metrics = _first_update(learner, batch, micro_batch_size, max_tokens)
     grads = {name: p.grad.clone() for name, p in learner.model.named_parameters() if p.grad is not None}
     learner.optimizer.zero_grad(set_to_none=True)
     return metrics, grads

@@ -31,6 +31,13 @@ pytestmark = pytest.mark.filterwarnings("ignore:You are using 'rollout_func'")
 SHIFTS = (-0.3, 0.0, 0.3, 0.0)
 
 
+def _first_update(learner, batch, micro_batch_size=None, max_tokens=None) -> dict:
+    """What train_step does up to its first optimizer step: the round prepared, the gradient of its one
+    part's loss accumulated in `.grad`; its metrics."""
+    (part,), _ = learner.prepare_round(batch, micro_batch_size, max_tokens)
+    return learner.accumulate_gradients(part)
+
+
 def _samples(learner, tiny, seed=0, shifts=(0.0,)):
     """Prompt and completion ids of different lengths, and their log-probs under the learner's model run
     in bfloat16 (the engines' dtype on a GPU), each sequence's shifted by the next of `shifts`."""
@@ -139,14 +146,14 @@ def test_loss_and_gradients_equal_trls_for_every_correction(tiny, mode, level):
     # Ours, the whole step padded as TRL lays it out
     batch = _our_batch(learner, samples, inputs["advantages"].cpu().numpy())
     learner.packed = False
-    metrics = learner.accumulate_gradients(batch, None, None)
+    metrics = _first_update(learner, batch)
     ours = _gradients(learner.model)
     assert metrics["loss"] == pytest.approx(float(trl_loss.detach()), abs=1e-5)
     assert ours.keys() == trl_grads.keys()
     assert max(float((ours[name] - trl_grads[name]).abs().max()) for name in ours) <= 1e-5
     # and packed, in micro-batches of a few samples: each one's ratio comes from its own loss pass
     learner.packed = True
-    split = learner.accumulate_gradients(batch, None, 40)
+    split = _first_update(learner, batch, None, 40)
     ours = _gradients(learner.model)
     assert split["learner/micro_batches"] > 2
     assert split["loss"] == pytest.approx(float(trl_loss.detach()), abs=1e-5)
@@ -173,7 +180,7 @@ def test_off_policy_mask_and_no_correction_equal_trls(tiny):
         trl_loss.backward()
         trl_grads = _gradients(trainer.model)
         learner.packed = False  # TRL's layout
-        metrics = learner.accumulate_gradients(_our_batch(learner, samples, inputs["advantages"].cpu().numpy()), None, None)
+        metrics = _first_update(learner, _our_batch(learner, samples, inputs["advantages"].cpu().numpy()))
         ours = _gradients(learner.model)
         assert metrics["loss"] == pytest.approx(float(trl_loss.detach()), abs=1e-5)
         assert max(float((ours[name] - trl_grads[name]).abs().max()) for name in ours) <= 1e-5
