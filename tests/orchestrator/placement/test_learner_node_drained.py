@@ -8,14 +8,13 @@ path's exact replay, here with nothing to replay).
 Marked slow (about 3 minutes): `make test PYTEST_ARGS="-m slow"` runs it."""
 
 import os
-import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.orchestrator.placement.drains import actor_node, drain
 from tests.orchestrator.training.short_run import ARGS, STEPS, metrics
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
@@ -37,12 +36,6 @@ def cluster():
         yield cluster
     finally:
         cluster.shutdown()
-
-
-def _learner_node(cluster) -> str:
-    actors = [a for a in cluster.global_state.actor_table(None).values() if a["ActorClassName"] == "Learner"]
-    (alive,) = [a for a in actors if a["State"] == "ALIVE"]
-    return alive["Address"]["NodeID"]
 
 
 def _train(cluster, run, drain_after: int | None = None) -> str:
@@ -71,14 +64,8 @@ def _drain_the_learners_node(cluster, run, proc, steps: int) -> None:
     while not ((run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").read_text().count("\n") >= steps):
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended or stalled before the drain"
         time.sleep(0.05)
-    node_id = _learner_node(cluster)
-    ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
-    subprocess.run(
-        [ray_cli, "drain-node", "--address", cluster.address, "--node-id", node_id, "--reason",
-         "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "spot preemption notice",
-         f"--deadline-remaining-seconds={DEADLINE_S}"],
-        check=True, timeout=60, env={**os.environ, "RAY_ADDRESS": cluster.address},
-    )  # fmt: skip
+    node_id = actor_node(cluster, "Learner")
+    drain(cluster, node_id, DEADLINE_S)
     drained_at = time.monotonic()
     while proc.poll() is None and time.monotonic() < drained_at + DEADLINE_S:
         time.sleep(0.2)

@@ -9,14 +9,14 @@ Marked slow (about 2 minutes): `make test PYTEST_ARGS="-m slow"` runs it."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
+from tests.orchestrator.placement.drains import actor_node, drain
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
@@ -47,12 +47,6 @@ def cluster():
         cluster.shutdown()
 
 
-def _engine_node(cluster) -> str:
-    engines = [a for a in cluster.global_state.actor_table(None).values() if a["ActorClassName"] == "RolloutWorker"]
-    (alive,) = [a for a in engines if a["State"] == "ALIVE"]
-    return alive["Address"]["NodeID"]
-
-
 def test_a_drained_rollout_node_hands_its_work_to_a_replacement_before_it_goes(cluster, tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "RAY_ADDRESS": cluster.address}
@@ -66,14 +60,8 @@ def test_a_drained_rollout_node_hands_its_work_to_a_replacement_before_it_goes(c
         while not (metrics.is_file() and metrics.read_text().count("\n") >= 1):
             assert proc.poll() is None and time.monotonic() < deadline, "the run ended or stalled before step 2"
             time.sleep(0.05)
-        node_id = _engine_node(cluster)
-        ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
-        subprocess.run(
-            [ray_cli, "drain-node", "--address", cluster.address, "--node-id", node_id, "--reason",
-             "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "spot preemption notice",
-             f"--deadline-remaining-seconds={DEADLINE_S}"],
-            check=True, env=env, timeout=60,
-        )  # fmt: skip
+        node_id = actor_node(cluster, "RolloutWorker")
+        drain(cluster, node_id, DEADLINE_S)
         drained_at = time.monotonic()
         while proc.poll() is None and time.monotonic() < drained_at + DEADLINE_S:
             time.sleep(0.2)
