@@ -71,6 +71,8 @@ class Autoscaler:
             self.target = max(self.settings.min_engines, serving)
             self._growth, self._started = None, False
             self._restart()
+            if self.target > serving:  # below min_engines: ask again
+                return Decision(self.target, 1, f"engines asked for never came: asking again for min_engines={self.target}")
             return self._hold(f"engines asked for never came: going on from the {serving} serving")
         if self._started:
             self._started = False

@@ -195,7 +195,13 @@ class GRPORun:
         counted against learner.max_restarts."""
         from workers.fences.ray import draining_nodes
 
-        leaving = draining_nodes()
+        try:
+            leaving = draining_nodes()
+        except Exception as error:  # acted on at best effort: a failed look is no reason to stop the run
+            log.warning(
+                f"could not ask Ray which nodes are draining ({type(error).__name__}: {error}); asking after the next step"
+            )
+            return
         nodes = [node for node in self.parts.learner.node_ids() if node in leaving] if leaving else []
         if not nodes:
             return

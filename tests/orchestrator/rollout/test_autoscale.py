@@ -71,6 +71,9 @@ def test_an_engine_that_never_came_is_given_up_and_the_pool_goes_on_from_what_se
     decision = scaler.decide(step(0.8), serving=1, pending=0)  # its start deadline passed, or it died for good
     assert scaler.target == 1 and "never came: going on from the 1 serving" in decision.reason
     assert run(scaler, [step(0.8)] * 2) == [(1, 0), (2, 1)]  # and it decides again (here: grow)
+    floor = Autoscaler(SETTINGS.model_copy(update={"min_engines": 2, "cooldown_steps": 0}), engines=2)
+    again = floor.decide(step(0.05), serving=1, pending=0)  # below min_engines: never left there
+    assert (again.target, again.change) == (2, 1) and "asking again for min_engines=2" in again.reason
 
 
 def test_a_growth_that_did_not_raise_throughput_is_undone_and_not_tried_again():
