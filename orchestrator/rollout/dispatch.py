@@ -94,7 +94,8 @@ class Dispatch:
 
     def admit(self) -> None:
         """Engines that finished starting take groups from now on (with nothing else to wait for, wait
-        for one); draining engines take no more and stop once they hold none."""
+        for one); draining engines take no more and stop once they hold none, and stopped ones that
+        closed are killed (no wait: the others generate meanwhile)."""
         engines = self.engines
         idle = not self.calling and not (set(engines.actors) - engines.draining)
         for engine_id in engines.admit_ready(block=idle):
@@ -103,6 +104,7 @@ class Dispatch:
             for engine_id in engines.draining:
                 self.dispatcher.remove(engine_id)
             engines.stop_drained(busy={engine_id for engine_id, groups in self.held.items() if groups})
+        engines.finish_stops(timeout_s=0.0)
         if not engines.actors and not self.calling:
             raise EngineFailedError("no rollout engine is left to generate with")
 

@@ -28,6 +28,7 @@ from orchestrator.rollout.collector import freeze_startup_objects, unfreeze
 from orchestrator.rollout.cpu_cores import CoreSlots
 from orchestrator.rollout.launcher import CLEAN_UP_TIMEOUT_S, ActorLauncher, EngineLauncher
 
+STOP_TIMEOUT_S = 30.0  # an engine told to stop gets this long to close its vLLM engine, then is killed
 CLEAN_UP_WAIT_S = CLEAN_UP_TIMEOUT_S + 30  # a clean-up task may first wait for a Ray worker to run it
 
 
@@ -37,6 +38,13 @@ class TokenizerMismatchError(UserError):
 
 class EngineFailedError(RunError):
     """Engines failed to start, or none is left to generate."""
+
+
+@dataclasses.dataclass
+class _Stopping:
+    actor: object
+    closing: object  # ObjectRef of RolloutWorker.shutdown()
+    deadline: float
 
 
 @dataclasses.dataclass
@@ -86,6 +94,7 @@ class EngineGroup:
         self._bundle_ref = None
         self._groups: dict[int, object] = {}  # engine id -> its placement group (None locally)
         self.draining: set[int] = set()  # engines that take no new groups and stop once idle
+        self.stopping: dict[int, _Stopping] = {}  # engines out of service, closing their vLLM engine
         self._leftovers: dict[int, object] = {}  # engine id -> what killing it leaves on its node (launcher.leftovers)
         self._cores = _core_slots(cluster, config, learner_cores)  # CPU engines of a one-node cluster: whose cores are whose
         self._clean_ups: list = []  # ObjectRefs of clean-ups still running (launcher.clean_up)
@@ -286,21 +295,32 @@ class EngineGroup:
             log.info(f"draining engine(s) {surplus}: they finish their groups, then stop")
 
     def stop_drained(self, busy: set[int]) -> None:
+        """Drained engines that hold no group (none in `busy`) stop, without waiting for them to close."""
         for engine_id in sorted(self.draining - busy):
             if engine_id in self.actors:
                 self.remove_engine(engine_id)
             self.draining.discard(engine_id)
 
     def remove_engine(self, engine_id: int) -> None:
-        """Stop an engine now (`resize` is the graceful way: it drains first)."""
+        """Take an engine out of service and tell it to close its vLLM engine; `finish_stops` kills it
+        once it has, or after STOP_TIMEOUT_S (`resize` is the graceful way: it drains first)."""
+        actor = self.actors.pop(engine_id)
+        self.nodes.pop(engine_id, None)
+        self.stopping[engine_id] = _Stopping(actor, actor.shutdown.remote(), time.monotonic() + STOP_TIMEOUT_S)
+
+    def finish_stops(self, timeout_s: float) -> None:
+        """Kill the stopping engines that closed, waiting up to `timeout_s` for them, and those out of time."""
         import ray
 
-        actor = self.actors.pop(engine_id)
-        try:
-            ray.get(actor.shutdown.remote(), timeout=30)
-        except ray.exceptions.RayError:
-            pass
-        self.kill(engine_id, actor)
+        if not self.stopping:
+            return
+        closing = [entry.closing for entry in self.stopping.values()]
+        closed = set(ray.wait(closing, num_returns=len(closing), timeout=timeout_s)[0])
+        now = time.monotonic()
+        for engine_id, entry in list(self.stopping.items()):
+            if entry.closing in closed or now >= entry.deadline:
+                del self.stopping[engine_id]
+                self.kill(engine_id, entry.actor)
 
     def kill(self, engine_id: int, actor) -> None:
         import ray
@@ -339,20 +359,19 @@ class EngineGroup:
         self._clean_ups = []
 
     def shutdown(self) -> None:
-        """Cancel engines still starting, then stop the serving ones (each given up to 30 s to close
-        its vLLM engine). A starting engine serves nothing yet and may be waiting for a node that
+        """Cancel engines still starting, then stop the serving ones and those still closing (given
+        STOP_TIMEOUT_S, together, to close their vLLM engines). A starting engine serves nothing yet and may be waiting for a node that
         never comes (a replacement after a node loss): waiting on it would stall the end of the run,
         and cancelling it first keeps it from taking the room the others free."""
-        import ray
-
         for engine_id, entry in self.starting.items():
             self.kill(engine_id, entry.actor)
         self.starting.clear()
-        closing = [actor.shutdown.remote() for actor in self.actors.values()]
-        ray.wait(closing, num_returns=len(closing), timeout=30)  # together: a lost node's engine costs 30 s once
-        for engine_id, actor in self.actors.items():
-            self.kill(engine_id, actor)
-        self.actors.clear()
+        for engine_id in list(self.actors):
+            self.remove_engine(engine_id)
+        self.finish_stops(timeout_s=STOP_TIMEOUT_S)  # together: a lost node's engine costs the timeout once
+        for engine_id, entry in self.stopping.items():
+            self.kill(engine_id, entry.actor)
+        self.stopping.clear()
         self.wait_for_clean_ups()  # before the driver exits, and Ray with it
         unfreeze()  # collector.py
 

@@ -111,6 +111,9 @@ class FakeEngines:
     def stop_drained(self, busy: set[int]) -> None:
         pass
 
+    def finish_stops(self, timeout_s: float) -> None:
+        pass
+
     def engine_died(self, engine_id: int, error: BaseException) -> None:
         self.died[engine_id] = error
         del self.actors[engine_id]

@@ -3,7 +3,8 @@ wrong: an engine that fails it is dropped and the pool goes on; a dead or stuck 
 on the engine but reaches the caller, who restarts the learner, and a successor engine starts so the
 pool keeps its size (simulated engines). The end of a run
 does not wait for an engine that never found a node (a replacement after a node was lost, when no
-other rollout node has room): it is cancelled, not asked to shut down."""
+other rollout node has room): it is cancelled, not asked to shut down. An engine taken out of service
+closes in the background, and is killed once closed or out of time."""
 
 import time
 
@@ -94,3 +95,42 @@ def test_shutdown_cancels_an_engine_still_waiting_for_a_node(learner_tokenizer, 
     assert not engines.starting and not engines.actors
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(waiting, timeout=30)
+
+
+def test_a_drained_engine_closes_while_the_pool_goes_on_and_is_killed_once_closed_or_out_of_time(learner_tokenizer, ray_session):
+    """Closing a vLLM engine takes seconds; a shrink or drain must not stop the pool's dispatch for them."""
+    import ray
+
+    engines = EngineGroup(ray_session, None, learner_tokenizer, RolloutConfig(), launcher=ActorLauncher())
+    actor = ray.remote(ClosesWhenTold).options(num_cpus=0, max_concurrency=2)
+    closing, hung = actor.remote(), actor.remote()
+    engines.actors.update({0: closing, 1: hung})
+    engines.draining.update({0, 1})
+    engines.stop_drained(busy=set())  # neither has closed yet
+    assert not engines.actors and not engines.draining and sorted(engines.stopping) == [0, 1]
+    engines.finish_stops(timeout_s=0.0)
+    assert sorted(engines.stopping) == [0, 1]
+    closing.tell.remote()
+    ray.get(engines.stopping[0].closing, timeout=30)
+    engines.finish_stops(timeout_s=0.0)
+    assert sorted(engines.stopping) == [1]
+    engines.stopping[1].deadline = time.monotonic()  # its time to close is up
+    engines.finish_stops(timeout_s=0.0)
+    assert not engines.stopping
+    for actor in (closing, hung):
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.tell.remote(), timeout=30)
+
+
+class ClosesWhenTold:
+    """An engine whose `shutdown` returns only once told to."""
+
+    def __init__(self):
+        self.told = False
+
+    def shutdown(self) -> None:
+        while not self.told:
+            time.sleep(0.05)
+
+    def tell(self) -> None:
+        self.told = True
