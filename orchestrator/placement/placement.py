@@ -92,13 +92,15 @@ def _ready(group, timeout_s: float) -> bool:
 
 
 def detect() -> Placement:
-    """Labels if any alive node carries the role label, else resources if any node has the role
-    resources, else local (one node, nothing labelled)."""
+    """Labels if any alive node carries the role label, else resources if any node has a role
+    resource, else local (one node, nothing labelled). Either role tells: on a cluster whose rollout
+    nodes are all still to come (Ray's autoscaler adds them when engines wait for one), only the
+    learner's node is there to say so."""
     import ray
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     if any(ROLE_LABEL in (n.get("Labels") or {}) for n in nodes):
         return Placement("labels")
-    if any(ROLLOUT_RESOURCE in (n.get("Resources") or {}) for n in nodes):
+    if any({ROLLOUT_RESOURCE, LEARNER_RESOURCE} & set(n.get("Resources") or {}) for n in nodes):
         return Placement("resources")
     return Placement("local")

@@ -106,7 +106,7 @@ class RewardScorer:
         from orchestrator.rewards.functions import score
 
         if self._task is None:
-            self._task = ray.remote(score).options(num_cpus=self.num_cpus, max_retries=0)
+            self._task = ray.remote(score).options(num_cpus=self.num_cpus, max_retries=0, **_placed(self.num_cpus))
         fields = {
             name: []
             for name in (
@@ -309,3 +309,16 @@ def unwrap(ref):
         if isinstance(error.cause, (UserError, RunError)):
             raise error.cause from None
         raise
+
+
+def _placed(num_cpus: float) -> dict:
+    """Where a reward task runs. One that reserves no CPU runs on the driver's node, where its results
+    go (elsewhere only if that node cannot run it): left to Ray, it may land on any node, a rollout node
+    the pool no longer uses included, which then never counts as idle and Ray's autoscaler never removes.
+    One that reserves CPUs goes wherever Ray finds them free."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if num_cpus:
+        return {}
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)}

@@ -5,7 +5,10 @@ engine groups, takes back its queued ones, and starts a replacement on the other
 the node goes; the node is then killed at its deadline. Every step finishes, every group is trained on
 once, and the drained engine is not counted as a death.
 
-Marked slow (about 2 minutes): `make test PYTEST_ARGS="-m slow"` runs it."""
+The same run with the node killed without notice, its engine then a death, prints the same figure: the
+time of the slowest step after the first, the one that waited for the replacement engine.
+
+Marked slow (about 4 minutes): `make test PYTEST_ARGS="-m slow"` runs it."""
 
 import json
 import os
@@ -47,7 +50,8 @@ def cluster():
         cluster.shutdown()
 
 
-def test_a_drained_rollout_node_hands_its_work_to_a_replacement_before_it_goes(cluster, tmp_path):
+@pytest.mark.parametrize("notice", [True, False], ids=["drained", "killed-without-notice"])
+def test_a_drained_rollout_node_hands_its_work_to_a_replacement_before_it_goes(cluster, tmp_path, notice):
     run = tmp_path / "run"
     env = {**os.environ, "RAY_ADDRESS": cluster.address}
     with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
@@ -61,10 +65,11 @@ def test_a_drained_rollout_node_hands_its_work_to_a_replacement_before_it_goes(c
             assert proc.poll() is None and time.monotonic() < deadline, "the run ended or stalled before step 2"
             time.sleep(0.05)
         node_id = actor_node(cluster, "RolloutWorker")
-        drain(cluster, node_id, DEADLINE_S)
-        drained_at = time.monotonic()
-        while proc.poll() is None and time.monotonic() < drained_at + DEADLINE_S:
-            time.sleep(0.2)
+        if notice:
+            drain(cluster, node_id, DEADLINE_S)
+            drained_at = time.monotonic()
+            while proc.poll() is None and time.monotonic() < drained_at + DEADLINE_S:
+                time.sleep(0.2)
         (leaving,) = [node for node in cluster.rollout if node.node_id == node_id]
         cluster.remove_node(leaving, allow_graceful=False)  # the deadline: the cloud takes the machine
         proc.wait(timeout=600)
@@ -74,12 +79,17 @@ def test_a_drained_rollout_node_hands_its_work_to_a_replacement_before_it_goes(c
 
     err = (tmp_path / "stderr").read_text()
     assert proc.returncode == 0, err[-4000:]
-    assert "engine 0 is on node" in err and "which Ray is draining (deadline in" in err, err[-4000:]
-    assert "replacement engine 1 is starting" in err
     steps = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [m["step"] for m in steps] == list(range(1, STEPS + 1))
-    assert sum(m["rollout/engines_drained"] for m in steps) == 1
-    assert steps[-1]["engine_restarts"] == 0  # drained, not dead
+    slowest = max(steps[1:], key=lambda m: m["time/step"])  # the step that waited for the replacement
+    print(f"\n{'drained' if notice else 'killed without notice'}: slowest step {slowest['step']}, {slowest['time/step']:.1f} s")
+    if notice:
+        assert "engine 0 is on node" in err and "which Ray is draining (deadline in" in err, err[-4000:]
+        assert "replacement engine 1 is starting" in err
+        assert sum(m["rollout/engines_drained"] for m in steps) == 1
+        assert steps[-1]["engine_restarts"] == 0  # drained, not dead
+    else:
+        assert steps[-1]["engine_restarts"] == 1 and sum(m["rollout/engines_drained"] for m in steps) == 0
     table = pq.read_table(run / "rollouts")
     keys = list(zip(*(table.column(c).to_pylist() for c in ("step", "group_id", "sample_index"))))
     assert len(keys) == STEPS * 16 and len(set(keys)) == len(keys)
