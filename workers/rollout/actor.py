@@ -96,23 +96,23 @@ class RolloutWorker:
     async def load_weights(self, headers: list, version: int, timeout_s: float) -> tuple[int, str]:
         """Load the learner's weights as `feed_weights` brings them (workers/weights/object_store.py);
         returns (policy version, checksum received) for the provenance check."""
-        return await self._engine.load_weights(headers, version, timeout_s)
+        return await self._engine.weights.load(headers, version, timeout_s)
 
     async def feed_weights(self, version: int, index: int, bucket) -> None:
         """One bucket of the load of `version`, read in place from the object store on this node."""
-        await self._engine.feed_weights(version, index, bucket)
+        await self._engine.weights.feed(version, index, bucket)
 
     def abort_weights(self, version: int) -> None:
-        self._engine.abort_weights(version)
+        self._engine.weights.abort(version)
 
     async def init_nccl(self, init_info: dict) -> None:
-        await self._engine.init_nccl(init_info)
+        await self._engine.weights.join_nccl(init_info)
 
     async def receive_nccl(self, metadata: dict, version: int) -> tuple[int, str]:
-        return await self._engine.receive_nccl(metadata, version)
+        return await self._engine.weights.receive_nccl(metadata, version)
 
     def policy_version(self) -> int:
-        return self._engine.policy_version
+        return self._engine.weights.policy_version
 
     def node_id(self) -> str:
         import ray

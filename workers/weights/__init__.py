@@ -3,5 +3,6 @@
 transport.py is the interface and its report; object_store.py (CPU, any cluster) and nccl.py (GPU)
 each hold a transport's learner side, engine side and driver-side coordinator; rounds.py ends every
 sync by one deadline; buckets.py, staging.py and vllm_worker.py carry the bytes into vLLM's workers;
-loading.py is an engine's pause -> load -> resume. The driver picks a transport in factory.py.
+receiving.py is what an engine does with what arrives, and loading.py its pause -> load -> resume.
+The driver picks a transport in factory.py.
 """

@@ -1,7 +1,7 @@
 """GPU weight transport: vLLM's native NCCL weight-transfer engine, learner as rank 0.
 
     learner actor    rendezvous(), NcclSender.send(weights)     rank 0 of the group; broadcasts
-    engine actor     RolloutEngine.init_nccl / receive_nccl     vLLM's receiver, pause -> load -> resume
+    engine actor     init_nccl / receive_nccl (receiving.py)    vLLM's receiver, pause -> load -> resume
     driver           NcclTransport                               opens the group, one deadline per sync
 
 Shares everything else with the CPU path: the same `WeightTransport.sync` contract, deadline and

@@ -4,8 +4,8 @@
                                                           (workers/weights/publication.py)
     engine actor     load_weights, feed_weights(i)        each bucket read in place from the store on
                                                           its node and passed to its vLLM worker through
-                                                          a small shared-memory ring (incoming.py,
-                                                          staging.py, vllm_worker.py)
+                                                          a small shared-memory ring (receiving.py,
+                                                          incoming.py, staging.py, vllm_worker.py)
     driver           ObjectStoreTransport                 streams the buckets, one deadline, checksums
 
 The weights are streamed: each engine has at most `WINDOW` buckets in flight, and a bucket is
