@@ -112,8 +112,9 @@ class TrainConfig(GRPOSettings):
         0.0,
         ge=0.0,
         description="Ray CPUs each reward task reserves. 0: none, so a task runs at once, even while the engines and "
-        "the learner hold every CPU, on the driver's node (never on a rollout node the pool no longer uses, which Ray's "
-        "autoscaler could then not remove). Set it for a heavy reward (a "
+        "the learner hold every CPU, on the driver's node (elsewhere only if that node cannot run it: left to Ray, it "
+        "could keep a rollout node the pool no longer uses busy, and Ray's autoscaler would not remove it). Set it for a "
+        "heavy reward (a "
         "model, a sandbox) so that Ray places it where CPUs are free: then the cluster needs them beyond the engines' "
         "and the learner's.",
     )

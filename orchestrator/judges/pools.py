@@ -30,6 +30,7 @@ ROUTER_CONCURRENCY = 16  # calls a router takes at once (it serves them one at a
 CONTROL = "control"  # the router's concurrency group for figures and shutdown: never queued behind calls
 START_MARGIN_S = 120.0  # beyond the engines' own start deadline: the router loads the tokenizer first
 SHUTDOWN_S = 120.0  # an engine group's shutdown gives each engine 30 s, then waits for its clean-ups
+CALL_WAIT_S = 10.0  # a shutdown waits this long for the judge call under way before it stops the engines
 
 
 def check(config, longest_prompt: int) -> dict[str, int]:
@@ -122,6 +123,8 @@ class JudgeServer:
         return {**self.router.take_stats(), "engines": pool.size, "engine_restarts": pool.restarts}
 
     def shutdown(self) -> None:
+        if self.router is not None:
+            self.router.close(timeout_s=CALL_WAIT_S)
         if self.engines is not None:
             self.engines.shutdown()
 

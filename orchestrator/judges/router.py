@@ -119,6 +119,11 @@ class JudgeRouter:
         by_group = {result.group_id: result.samples[0] for result in results}
         return [(by_group[request.group_id], len(request.prompt_ids)) for request in requests]
 
+    def close(self, timeout_s: float) -> None:
+        """Wait (at most `timeout_s`) for the call under way, and take no more: the pool can then be
+        stopped without a call's thread inside it."""
+        self._serving.acquire(timeout=timeout_s)
+
     def take_stats(self) -> dict[str, float]:
         """What was served since the last take: calls, prompts, prompt and completion tokens, seconds busy."""
         with self._counting:

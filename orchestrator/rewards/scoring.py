@@ -106,7 +106,7 @@ class RewardScorer:
         from orchestrator.rewards.functions import score
 
         if self._task is None:
-            self._task = ray.remote(score).options(num_cpus=self.num_cpus, max_retries=0, **_placed(self.num_cpus))
+            self._task = ray.remote(score).options(num_cpus=self.num_cpus, max_retries=0, **_on_driver_node(self.num_cpus))
         fields = {
             name: []
             for name in (
@@ -311,7 +311,7 @@ def unwrap(ref):
         raise
 
 
-def _placed(num_cpus: float) -> dict:
+def _on_driver_node(num_cpus: float) -> dict:
     """Where a reward task runs. One that reserves no CPU runs on the driver's node, where its results
     go (elsewhere only if that node cannot run it): left to Ray, it may land on any node, a rollout node
     the pool no longer uses included, which then never counts as idle and Ray's autoscaler never removes.

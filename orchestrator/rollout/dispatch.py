@@ -90,6 +90,7 @@ class Dispatch:
             for future in _take_all(self.finished, timeout=WATCHDOG_TICK_S):
                 self.collect(future)
         self.engines.stop_drained(busy=set())
+        self.engines.finish_stops(timeout_s=0.0)
         return self.results
 
     def admit(self) -> None:

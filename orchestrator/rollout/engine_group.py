@@ -23,7 +23,7 @@ from orchestrator.contracts.fingerprint import differences, fingerprint
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.tokenizer import TokenizerBundle, bundle_tokenizer
 from orchestrator.log import log
-from orchestrator.placement.labels import ROLE_LABEL, ROLLOUT_ROLE
+from orchestrator.placement.labels import ROLE_LABEL, ROLLOUT_RESOURCE, ROLLOUT_ROLE
 from orchestrator.rollout.collector import freeze_startup_objects, unfreeze
 from orchestrator.rollout.cpu_cores import CoreSlots
 from orchestrator.rollout.launcher import CLEAN_UP_TIMEOUT_S, ActorLauncher, EngineLauncher
@@ -181,7 +181,8 @@ class EngineGroup:
                     self._fail_or_warn(
                         strict,
                         f"engine {engine_id} did not start within rollout.startup_timeout_s={self.config.startup_timeout_s}s "
-                        f"(placement: {self.cluster.placement.mode}; is a node with {ROLE_LABEL}={ROLLOUT_ROLE} and free resources up?)",
+                        f"(placement: {self.cluster.placement.mode}; is a node with {ROLE_LABEL}={ROLLOUT_ROLE} (or the "
+                        f"{ROLLOUT_RESOURCE} resource) and free resources up?)",
                     )
             if not block or (admitted and not strict):
                 break
@@ -306,6 +307,8 @@ class EngineGroup:
         once it has, or after STOP_TIMEOUT_S (`resize` is the graceful way: it drains first)."""
         actor = self.actors.pop(engine_id)
         self.nodes.pop(engine_id, None)
+        if self._cores is not None:  # it generates no more: an engine started meanwhile may take its cores
+            self._cores.free(engine_id)
         self.stopping[engine_id] = _Stopping(actor, actor.shutdown.remote(), time.monotonic() + STOP_TIMEOUT_S)
 
     def finish_stops(self, timeout_s: float) -> None:
@@ -360,9 +363,10 @@ class EngineGroup:
 
     def shutdown(self) -> None:
         """Cancel engines still starting, then stop the serving ones and those still closing (given
-        STOP_TIMEOUT_S, together, to close their vLLM engines). A starting engine serves nothing yet and may be waiting for a node that
-        never comes (a replacement after a node loss): waiting on it would stall the end of the run,
-        and cancelling it first keeps it from taking the room the others free."""
+        STOP_TIMEOUT_S, together, to close their vLLM engines). A starting engine serves nothing yet and
+        may be waiting for a node that never comes (a replacement after a node loss): waiting on it
+        would stall the end of the run, and cancelling it first keeps it from taking the room the
+        others free."""
         for engine_id, entry in self.starting.items():
             self.kill(engine_id, entry.actor)
         self.starting.clear()

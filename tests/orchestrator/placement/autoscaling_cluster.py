@@ -105,10 +105,11 @@ class FakeCloud:
         return log
 
     def shutdown(self) -> None:
-        """Kills this cluster's processes: those naming its address, and everything they started."""
+        """Kills this cluster's processes: those naming its address or its GCS port, and everything they started."""
         if self.watcher is not None:
             self.watcher.kill()
-        ours = [p for p in psutil.process_iter(["cmdline"]) if self.address in " ".join(p.info["cmdline"] or [])]
+        marks = (self.address, f"--gcs_server_port={self.address.rsplit(':', 1)[1]}")
+        ours = [p for p in psutil.process_iter(["cmdline"]) if any(mark in " ".join(p.info["cmdline"] or []) for mark in marks)]
         for process in {child for p in ours for child in _descendants(p)} | set(ours):
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()

@@ -51,7 +51,7 @@ def cluster():
 
 
 @pytest.mark.parametrize("notice", [True, False], ids=["drained", "killed-without-notice"])
-def test_a_drained_rollout_node_hands_its_work_to_a_replacement_before_it_goes(cluster, tmp_path, notice):
+def test_a_rollout_node_that_goes_mid_run_loses_no_group(cluster, tmp_path, notice):
     run = tmp_path / "run"
     env = {**os.environ, "RAY_ADDRESS": cluster.address}
     with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:

@@ -62,3 +62,14 @@ def test_conversational_prompts_reach_reward_functions_in_trls_shapes(tmp_path, 
     scoring = RewardScorer([f"{reward}:shapes"], None, None, [{}], conversations=[chat]).begin([request])
     scoring.add(result)
     assert scoring.close().scores()["reward"] == [1.0, 0.0]
+
+
+def test_a_reward_task_that_reserves_no_cpu_runs_on_the_drivers_node(ray_session):
+    """Left to Ray, a 0-CPU task may land on an idle rollout node, which then never counts as idle."""
+    import ray
+
+    from orchestrator.rewards.scoring import _on_driver_node
+
+    (strategy,) = _on_driver_node(0.0).values()
+    assert strategy.node_id == ray.get_runtime_context().get_node_id() and strategy.soft
+    assert _on_driver_node(1.0) == {}  # reserving CPUs: wherever Ray finds them free

@@ -99,6 +99,7 @@ class FakeEngines:
         self.draining: set[int] = set()
         self.died: dict[int, BaseException] = {}
         self.leaving = set(leaving)
+        self.stop_waits: set[float] = set()  # timeouts `finish_stops` was called with
 
     def drain_leaving_nodes(self) -> list[int]:
         drained, self.leaving = sorted(self.leaving), set()
@@ -112,7 +113,7 @@ class FakeEngines:
         pass
 
     def finish_stops(self, timeout_s: float) -> None:
-        pass
+        self.stop_waits.add(timeout_s)
 
     def engine_died(self, engine_id: int, error: BaseException) -> None:
         self.died[engine_id] = error
@@ -130,6 +131,7 @@ def test_every_group_comes_back_once_and_each_result_is_handed_on():
     assert sorted(result.group_id for result in results) == list(range(10))
     assert handed == results
     assert {result.engine_id for result in results} == {0, 1}  # both engines took groups
+    assert engines.stop_waits == {0.0}  # stopped engines are killed as they close, never waited for
 
 
 def test_groups_queued_on_a_slow_engine_at_the_tail_go_to_the_engine_with_room():

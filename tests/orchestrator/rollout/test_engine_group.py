@@ -117,9 +117,16 @@ def test_a_drained_engine_closes_while_the_pool_goes_on_and_is_killed_once_close
     engines.stopping[1].deadline = time.monotonic()  # its time to close is up
     engines.finish_stops(timeout_s=0.0)
     assert not engines.stopping
-    for actor in (closing, hung):
+    last = actor.remote()  # still closing when the pool shuts down: shut down with it
+    engines.actors[2] = last
+    engines.draining.add(2)
+    engines.stop_drained(busy=set())
+    last.tell.remote()
+    engines.shutdown()
+    assert not engines.stopping and not engines.actors
+    for stopped in (closing, hung, last):
         with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.tell.remote(), timeout=30)
+            ray.get(stopped.tell.remote(), timeout=30)
 
 
 class ClosesWhenTold:
