@@ -1,6 +1,6 @@
 """Every use of vLLM's internals, checked against the vLLM release it was read from (0.32.0).
 
-A rollout engine pauses for every weight load (workers/rollout/engine.py). vLLM's public
+A rollout engine pauses for every weight load (workers/weights/receiving.py). vLLM's public
 `AsyncLLM.pause_generation(mode="keep", clear_cache=True)` ends with a 20 ms sleep that only lets
 the last outputs of requests that just finished arrive before it returns (vLLM 0.32: "not required
 for correctness"); on CPU that sleep was a tenth of every weight sync. `pause_keep_requests` is

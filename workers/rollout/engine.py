@@ -26,7 +26,7 @@ from orchestrator.contracts.tools import ToolUse
 from workers.rollout.multi_turn import CallTool, Vocabulary, run_sample
 from workers.rollout.sampling import to_samples, to_turn, turn_params, turn_seed, vllm_params
 from workers.weights import adapters
-from workers.weights.receiving import WeightReceiver
+from workers.weights.receiving import EngineWeights
 
 Device = Literal["cpu", "cuda"]
 CPU_KV_CACHE_BYTES = 256 << 20
@@ -113,7 +113,7 @@ class RolloutEngine:
         self._llm = AsyncLLM.from_engine_args(
             engine_args(model, tokenizer_dir, config, device, seed, placeholder_weights, lora_rank=rank)
         )
-        self.weights = WeightReceiver(
+        self.weights = EngineWeights(
             engine_id, self._llm, config.tensor_parallel_size, adapter_config, tokenizer_dir / "adapter"
         )  # the learner's weights arrive through it (workers/weights/receiving.py)
         tokenizer = self._llm.get_tokenizer()
@@ -217,7 +217,7 @@ class RolloutEngine:
         health.py). Its scheduler loop takes the call between two model steps, so a loaded engine
         answers and a wedged or stopped one does not. A weight load or an NCCL rendezvous under way counts
         as an answer: generation is paused for it, and the sync has its own deadline."""
-        if self.weights.loads.loading or self._loading.locked() or self._joining:
+        if self.weights.busy:
             return True
         try:
             await asyncio.wait_for(self._llm.is_sleeping(), timeout_s)

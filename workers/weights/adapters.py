@@ -5,7 +5,7 @@ loader takes those), the adapter's under PEFT's own names (`get_peft_model_state
 start with `base_model.model.`, a prefix no Hugging Face weight name has. A new engine gets both
 (base first); every later sync only the adapter. The engine writes the adapter as a PEFT folder
 (`adapter_config.json` + `adapter_model.safetensors`), which vLLM's LoRA loader reads, and swaps
-it in place of the adapter it served (workers/rollout/engine.py).
+it in place of the adapter it served (workers/weights/receiving.py).
 
 A sync's checksum has one part per kind of tensor, in the order base, adapter ("<base>+<adapter>";
 a full-model run has only the first), so the learner's and each engine's can be compared however

@@ -24,7 +24,7 @@ from workers.weights.loading import WeightLoads
 FEED_WAIT_S = 60.0  # how long a bucket waits for its load to start (the driver sends the load first)
 
 
-class WeightReceiver:
+class EngineWeights:
     def __init__(self, engine_id: int, llm, readers: int, adapter_config: dict | None, adapter_dir: Path):
         """`llm`: the engine's vLLM `AsyncLLM`; `readers`: its workers (tensor parallel), each of which
         reads every bucket; `adapter_config`: PEFT's, in a LoRA run (None otherwise), and the adapter is

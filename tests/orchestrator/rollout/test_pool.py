@@ -105,3 +105,12 @@ def test_engine_with_a_different_tokenizer_is_refused_before_any_request(tiny, l
     message = str(refused.value)
     assert "engine 0: added token '<search>'" in message and "is missing" in message
     assert engines.actors == {} and engines.starting == {}  # nothing left running, no request was ever sent
+
+
+def test_every_real_engine_answers_the_health_check(pool):
+    """What the watchdog asks a busy engine (orchestrator/rollout/health.py): a real engine, loaded
+    weights and all, says it answered."""
+    import ray
+
+    answers = ray.get([actor.responsive.remote(5.0) for actor in pool.engines.actors.values()], timeout=60)
+    assert answers == [True, True]
