@@ -15,6 +15,7 @@ import dataclasses
 from typing import Literal
 
 from orchestrator.contracts.errors import UserError
+from orchestrator.log import log
 from orchestrator.placement.labels import LEARNER_RESOURCE, ROLE_LABEL, ROLLOUT_RESOURCE, ROLLOUT_ROLE
 
 Mode = Literal["labels", "resources", "local"]
@@ -104,3 +105,16 @@ def detect() -> Placement:
     if any({ROLLOUT_RESOURCE, LEARNER_RESOURCE} & set(n.get("Resources") or {}) for n in nodes):
         return Placement("resources")
     return Placement("local")
+
+
+def draining_nodes() -> dict[str, float]:
+    """Node id (hex) -> the time by which Ray may end it, for every node Ray is draining
+    (workers/fences/ray.py). Drains are acted on at best effort: when Ray cannot be asked, this warns and
+    says none, and the caller asks again later."""
+    from workers.fences import ray as fenced_ray
+
+    try:
+        return fenced_ray.draining_nodes()
+    except Exception as error:  # a failed look is no reason to stop the run
+        log.warning(f"could not ask Ray which nodes are draining ({type(error).__name__}: {error}); asking again later")
+        return {}

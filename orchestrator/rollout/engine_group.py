@@ -255,15 +255,11 @@ class EngineGroup:
         """Engines on nodes Ray is draining (a preemption notice, idle termination, `ray drain-node`): they
         take no new groups and stop once they hold none (the caller hands their queued groups to others),
         and a replacement starts now, which Ray places on a node not draining. Returns those drained now."""
-        from workers.fences.ray import draining_nodes
+        from orchestrator.placement.placement import draining_nodes
 
         if not self.nodes:  # simulated engines, or none started yet
             return []
-        try:
-            leaving = draining_nodes()
-        except Exception as error:  # drains are acted on at best effort: a failed look is no reason to stop
-            log.warning(f"could not ask Ray which nodes are draining ({type(error).__name__}: {error}); asking again later")
-            return []
+        leaving = draining_nodes()
         drained = [e for e, node in self.nodes.items() if node in leaving and e in self.actors and e not in self.draining]
         for engine_id in drained:
             self.draining.add(engine_id)

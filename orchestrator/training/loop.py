@@ -193,15 +193,9 @@ class GRPORun:
         the node goes: checkpointed now (unless this step just did), then started again from that
         checkpoint on a node not draining, the learner-restart path with nothing to run again. Not
         counted against learner.max_restarts."""
-        from workers.fences.ray import draining_nodes
+        from orchestrator.placement.placement import draining_nodes
 
-        try:
-            leaving = draining_nodes()
-        except Exception as error:  # acted on at best effort: a failed look is no reason to stop the run
-            log.warning(
-                f"could not ask Ray which nodes are draining ({type(error).__name__}: {error}); asking after the next step"
-            )
-            return
+        leaving = draining_nodes()
         nodes = [node for node in self.parts.learner.node_ids() if node in leaving] if leaving else []
         if not nodes:
             return

@@ -1,6 +1,6 @@
-"""How a run tells the cluster's placement from the nodes Ray lists (placement.detect), without Ray:
-a cluster whose rollout nodes are all still to come (Ray's autoscaler adds them when engines wait) is
-told by its learner node alone."""
+"""Two looks at the cluster, without Ray: its placement, from the nodes Ray lists (placement.detect),
+told by the learner node alone while the rollout nodes are all still to come (Ray's autoscaler adds them
+when engines wait); and the nodes Ray is draining, whose failed look is no reason to stop a run."""
 
 import pytest
 
@@ -27,3 +27,16 @@ def test_the_placement_is_told_by_any_live_node_with_a_role(monkeypatch, nodes, 
 
     monkeypatch.setattr(ray, "nodes", lambda: nodes)
     assert detect().mode == mode
+
+
+def test_a_failed_look_at_draining_nodes_warns_and_says_none(monkeypatch, capsys):
+    """Drains are acted on at best effort: both the pool and the learner go on when Ray cannot be asked."""
+    from orchestrator.placement.placement import draining_nodes
+    from workers.fences import ray as fenced_ray
+
+    def unreachable():
+        raise ConnectionError("GCS unreachable")
+
+    monkeypatch.setattr(fenced_ray, "draining_nodes", unreachable)
+    assert draining_nodes() == {}
+    assert "could not ask Ray which nodes are draining (ConnectionError: GCS unreachable)" in capsys.readouterr().err
