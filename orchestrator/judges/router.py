@@ -22,9 +22,10 @@ import time
 from collections import Counter
 
 from orchestrator.contracts.errors import RunError, UserError
-from orchestrator.contracts.groups import GroupRequest, GroupResult
+from orchestrator.contracts.groups import GroupResult
 from orchestrator.contracts.judges import JudgeCompletion, JudgeSettings
 from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.rollout.groups import make_groups
 
 
 class JudgeError(UserError):
@@ -107,9 +108,7 @@ class JudgeRouter:
             self._prompt_ids(index, prompt, sampling.max_tokens + len(suffix)) + list(suffix)
             for index, prompt in enumerate(prompts)
         ]
-        requests = [
-            GroupRequest(next(self._group_ids), index, "", prompt_ids, 1, sampling) for index, prompt_ids in enumerate(ids)
-        ]
+        requests = make_groups([""] * len(ids), ids, 1, sampling, group_ids=[next(self._group_ids) for _ in ids])
         with self._serving:
             if time.time() > deadline:
                 raise JudgeTimeoutError(f"judge {self.name!r}: the call waited past its deadline for earlier calls")

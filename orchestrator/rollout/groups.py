@@ -3,14 +3,17 @@ assembled back in request order with every group's shape checked (both commands)
 
 Identity is never the prompt text. A group's id is its prompt's position in the list or stream, so
 two identical prompts are two groups, each with its own `num_generations` samples, and a sample is
-named by `(group_id, sample_index)` alone. The types themselves are in contracts/groups.py;
-`train` builds its requests from the prompt stream in training/requests.py.
+named by `(group_id, sample_index)` alone. The types themselves are in contracts/groups.py; every
+request is built by `make_groups` (`train`'s from the prompt stream, in training/requests.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.contracts.tools import ToolUse
 
 
 class GroupShapeError(RuntimeError):
@@ -18,21 +21,32 @@ class GroupShapeError(RuntimeError):
 
 
 def make_groups(
-    prompts: list[str], prompt_ids: list[list[int]], num_generations: int, sampling: SamplingConfig
+    prompts: list[str],
+    prompt_ids: list[list[int]],
+    num_generations: int,
+    sampling: SamplingConfig,
+    tools: ToolUse | None = None,
+    group_ids: Sequence[int] | None = None,
+    prompt_indices: Sequence[int] | None = None,
 ) -> list[GroupRequest]:
-    """One group per prompt, in order; duplicates stay separate groups."""
+    """One group per prompt, in order; duplicates stay separate groups. A group's id and prompt index
+    are its prompt's position in the list unless given: `train` names its groups by stream position and
+    prompt-file position (training/requests.py), evaluation rounds and judges by ranges of their own."""
     if len(prompts) != len(prompt_ids):
         raise ValueError(f"{len(prompts)} prompts but {len(prompt_ids)} tokenized prompts")
+    group_ids = range(len(prompts)) if group_ids is None else group_ids
+    prompt_indices = range(len(prompts)) if prompt_indices is None else prompt_indices
     return [
         GroupRequest(
-            group_id=index,
-            prompt_index=index,
+            group_id=group_id,
+            prompt_index=prompt_index,
             prompt=text,
             prompt_ids=list(ids),
             num_generations=num_generations,
             sampling=sampling,
+            tools=tools,
         )
-        for index, (text, ids) in enumerate(zip(prompts, prompt_ids))
+        for group_id, prompt_index, text, ids in zip(group_ids, prompt_indices, prompts, prompt_ids, strict=True)
     ]
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.groups import GroupRequest
 from orchestrator.rewards.scoring import RewardScorer
+from orchestrator.rollout.groups import make_groups
 from orchestrator.rollout.parquet import rollout_table, write_parquet
 from orchestrator.rollout.samples import StepSamples
 
@@ -80,18 +81,15 @@ class Evaluation:
         # An engine seeds group g with sampling.seed + g; this makes it seed + offset + i.
         sampling = self.sampling.model_copy(update={"seed": self.config.seed + EVAL_SEED_OFFSET - base})
         tools = self.config.tool_use()  # one object: the tools' files travel once per batch of requests
-        return [
-            GroupRequest(
-                group_id=base + index,
-                prompt_index=index,
-                prompt=prompt,
-                prompt_ids=ids,
-                num_generations=self.config.eval_num_generations,
-                sampling=sampling,
-                tools=tools,
-            )
-            for index, (prompt, ids) in enumerate(zip(self.set.prompts, self.set.prompt_ids))
-        ]
+        count = len(self.set.prompts)
+        return make_groups(
+            self.set.prompts,
+            self.set.prompt_ids,
+            self.config.eval_num_generations,
+            sampling,
+            tools,
+            group_ids=range(base, base + count),
+        )
 
     def run(self, pool, step: int, folder: Path) -> dict:
         """Generate on every eval prompt with the pool, score, write `folder/step-N.parquet`; the

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from orchestrator.contracts.groups import GroupResult, Sample
@@ -30,6 +31,21 @@ def test_duplicate_prompts_are_separate_groups_in_input_order():
     rows = table.to_pylist()
     assert [(row["group_id"], row["sample_index"]) for row in rows] == [(g, s) for g in range(12) for s in range(3)]
     assert [row["prompt"] for row in rows[::3]] == PATTERN
+
+
+def test_stream_requests_keep_their_stream_ids_and_prompt_indices():
+    from orchestrator.data.stream import PromptStream
+    from orchestrator.rollout.samples import Ragged
+    from orchestrator.training.requests import build_requests
+
+    stream = PromptStream(PATTERN, seed=3, position=5)
+    items = stream.take(4)
+    ids = Ragged.of([[index] for index in range(len(PATTERN))], np.int32)
+    requests = build_requests(items, ids, 2, SamplingConfig())
+    assert [r.group_id for r in requests] == [5, 6, 7, 8]  # stream positions, never list positions
+    assert [r.prompt_index for r in requests] == [item.prompt_index for item in items]
+    assert [r.prompt_ids for r in requests] == [[item.prompt_index] for item in items]
+    assert [r.prompt for r in requests] == [PATTERN[item.prompt_index] for item in items]
 
 
 def test_missing_sample_is_a_shape_error():
