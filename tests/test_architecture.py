@@ -9,7 +9,7 @@ and inside functions, attribute accesses) of every module of orchestrator/ and w
   vllm, transformers or ray, nor reaches `x._name` (or `getattr(x, "_name")`) on anything but
   `self`/`cls` unless the project itself defines `_name`;
 - the rollout pool is a front door: nothing outside orchestrator/rollout/ reaches into a pool's
-  engines (`pool.engines`, `self.parts.pool.engines`: any `.engines` read on a name ending in `pool`);
+  engines (`pool.engines`, `self.components.pool.engines`: any `.engines` read on a name ending in `pool`);
 - failures are told apart by type where a type exists: no module tests whether a text is `in`
   `str(x)`, `repr(x)`, `x.args` or `x.message` (raise a type of your own where a library gives none;
   Ray's causes of an actor's death, which it gives only as text, are read in orchestrator/learner/death.py);
@@ -303,7 +303,7 @@ def test_the_check_catches_a_reach_into_the_pool(tmp_path):
         "orchestrator/training/__init__.py": "",
         "orchestrator/training/loop.py": (
             "def step(self, config):\n"
-            "    self.parts.pool.engines.resize(config.rollout.engines)\n"  # the config's field is no pool
+            "    self.components.pool.engines.resize(config.rollout.engines)\n"  # the config's field is no pool
             "    return rollout_pool.engines\n"
         ),
     }
@@ -312,7 +312,7 @@ def test_the_check_catches_a_reach_into_the_pool(tmp_path):
         (tmp_path / name).write_text(text)
     door = "reaches into the pool's engines; go through RolloutPool's own methods (orchestrator/rollout/pool.py)"
     assert pool_reach_ins(project_modules(tmp_path), tmp_path) == [
-        f"orchestrator/training/loop.py:2: `self.parts.pool.engines` {door}",
+        f"orchestrator/training/loop.py:2: `self.components.pool.engines` {door}",
         f"orchestrator/training/loop.py:3: `rollout_pool.engines` {door}",
     ]
 

@@ -36,7 +36,7 @@ def ours(
     from orchestrator.config.train import TrainConfig
     from orchestrator.launch import canonical_tokenizer, start_training
     from orchestrator.training.loop import GRPORun
-    from orchestrator.training.requests import tokenize_prompts
+    from orchestrator.training.requests import PromptSet, tokenize_prompts
     from orchestrator.training.run_dir import RunDir
 
     config = TrainConfig(
@@ -64,7 +64,7 @@ def ours(
     try:
         run_dir = RunDir.create(config.output_dir)
         run_dir.prepare(config.model_dump(mode="json"))
-        metrics = GRPORun(config, prompts, run_dir, parts).run()
+        metrics = GRPORun(config, PromptSet.of_texts(prompts, tokenizer), run_dir, parts).run()
     finally:
         parts.shutdown()
     return _figures(metrics)

@@ -48,17 +48,7 @@ def run_train(args: argparse.Namespace) -> int:
         max_prompt_tokens=checked.longest_prompt,
     )
     try:
-        metrics = GRPORun(
-            config,
-            checked.prompts,
-            run_dir,
-            components,
-            resume,
-            checked.columns,
-            checked.conversations,
-            checked.eval_set,
-            checked.prompt_ids,
-        ).run()
+        metrics = GRPORun(config, checked.data, run_dir, components, resume).run()
     finally:
         components.shutdown()
     first, last = metrics[0], metrics[-1]

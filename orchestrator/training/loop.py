@@ -30,17 +30,17 @@ from orchestrator.log import log
 from orchestrator.rewards.scoring import RewardScorer, StepRewards
 from orchestrator.rollout.autoscale import Autoscaler, StepTimings
 from orchestrator.rollout.parquet import rollout_table, write_parquet
-from orchestrator.rollout.samples import Ragged, StepSamples
+from orchestrator.rollout.samples import StepSamples
 from orchestrator.training import dynamic_sampling, plots, staleness
 from orchestrator.training.advantages import group_advantages
 from orchestrator.training.batch import learner_batch
 from orchestrator.training.busy import BusyClock
 from orchestrator.training.control import ControlFile
-from orchestrator.training.evaluation import EvalSet, Evaluation
+from orchestrator.training.evaluation import Evaluation
 from orchestrator.training.evaluation import progress_line as eval_progress_line
 from orchestrator.training.metrics import MetricsLog, progress_line, read_metrics, rollout_metrics
 from orchestrator.training.prefetch import Prefetcher
-from orchestrator.training.requests import build_requests, tokenize_prompts
+from orchestrator.training.requests import PromptSet, build_requests
 from orchestrator.training.run_dir import ResumeState, RunDir, resume_hint
 from orchestrator.training.trackers import Trackers, make_trackers
 from workers.weights.transport import LearnerSyncTimeout
@@ -48,35 +48,19 @@ from workers.weights.transport import LearnerSyncTimeout
 
 class GRPORun:
     def __init__(
-        self,
-        config: TrainConfig,
-        prompts: list[str],
-        run_dir: RunDir,
-        components: Components,
-        resume: ResumeState | None = None,
-        columns: list[dict] | None = None,
-        conversations: list[list[dict]] | None = None,
-        eval_set: EvalSet | None = None,
-        prompt_ids: Ragged | None = None,
+        self, config: TrainConfig, data: PromptSet, run_dir: RunDir, components: Components, resume: ResumeState | None = None
     ):
-        """`columns`: each prompt's other dataset columns, passed to reward functions by name.
-        `conversations`: each prompt's messages when the prompts are conversations (`prompts` are
-        then their rendered text). `eval_set`: held-out prompts (training/evaluation.py).
-        `prompt_ids`: each prompt's token ids as preflight computed them (default: tokenised here, once)."""
+        """`data`: the prompts as preflight checked them; `resume`: where a stopped run's checkpoint stood."""
         self.config = config
-        self.conversations = conversations
-        if prompt_ids is None:
-            ids = tokenize_prompts(prompts, components.tokenizer, conversational=conversations is not None)
-            prompt_ids = Ragged.of(ids, np.int32)
-        self.prompt_ids = prompt_ids
+        self.data = data
         reward_models = components.reward_models.workers if components.reward_models is not None else None
         judges = components.judges.clients() if components.judges is not None else None
-        self.evaluation = Evaluation(config, eval_set, reward_models, judges) if eval_set is not None else None
+        self.evaluation = Evaluation(config, data.eval_set, reward_models, judges) if data.eval_set is not None else None
         self.run_dir = run_dir
-        self.parts = components
+        self.components = components
         resume = resume or ResumeState(step=0, stream_position=0, policy_version=0)
         self.first_step = resume.step + 1
-        self.stream = PromptStream(prompts, seed=config.seed, position=resume.stream_position)
+        self.stream = PromptStream(data.prompts, seed=config.seed, position=resume.stream_position)
         self.weights = components.weights  # its version is the policy version: resume.policy_version here
         self.sampling = config.sampling()
         self.tool_use = config.tool_use()
@@ -84,9 +68,9 @@ class GRPORun:
             config.reward_funcs,
             config.reward_weights,
             config.reward_error_score,
-            columns,
+            data.columns,
             config.reward_batch_samples,
-            conversations,
+            data.conversations,
             timeout_s=config.reward_timeout_s,
             num_cpus=config.reward_num_cpus,
             reward_models=reward_models,
@@ -184,7 +168,7 @@ class GRPORun:
         if isinstance(death, LearnerSyncTimeout):
             # Engines stuck in the dead learner's NCCL broadcast never finish it: replace them now, not
             # once the next sync has timed out on them too (async: the generation thread replaces them).
-            self.parts.pool.drop(death.engines, replace_now=not self._prefetch.running)
+            self.components.pool.drop(death.engines, replace_now=not self._prefetch.running)
         self._replace_learner(checkpoint, state)
         return state.step
 
@@ -196,7 +180,7 @@ class GRPORun:
         from orchestrator.placement.placement import draining_nodes
 
         leaving = draining_nodes()
-        nodes = [node for node in self.parts.learner.node_ids() if node in leaving] if leaving else []
+        nodes = [node for node in self.components.learner.node_ids() if node in leaving] if leaving else []
         if not nodes:
             return
         left_s = min(leaving[node] for node in nodes) - time.time()
@@ -218,14 +202,14 @@ class GRPORun:
             self._prefetch.discard()  # async: the batches generated ahead come from the rewound stream again
         except LearnerDiedError:
             pass  # it was admitting an engine, whose weights come from the dead learner: discarded anyway
-        self.parts.learner.restart(str(checkpoint) if checkpoint else None)
+        self.components.learner.restart(str(checkpoint) if checkpoint else None)
         self.weights.learner_replaced(state.policy_version)
         self._log.close()
         self.run_dir.forget_after(state.step)
         self._log = MetricsLog(self.run_dir.metrics)
         self._trackers.rewind(state.step)
         self.stream.position = state.stream_position
-        self.parts.pool.sync_weights(self.weights)
+        self.components.pool.sync_weights(self.weights)
 
     def _generate(self, requests) -> tuple[StepSamples, StepRewards]:
         """The step's samples in request order, and its rewards (reward tasks started as groups came
@@ -234,17 +218,17 @@ class GRPORun:
         self._apply_control()
         rewards = self.scorer.begin(requests)
         with self._generating.busy():
-            results = self.parts.pool.generate(requests, on_result=rewards.add)
+            results = self.components.pool.generate(requests, on_result=rewards.add)
         return StepSamples.assemble(requests, results), rewards.close()
 
     def _evaluate(self, step: int) -> dict:
         """The held-out prompts with the weights this step produced, generated on the thread that
         owns the pool (see `_generate`); never trained on, and the prompt stream does not move."""
-        return self._prefetch.call(self.evaluation.run, self.parts.pool, step, self.run_dir.root / "eval")
+        return self._prefetch.call(self.evaluation.run, self.components.pool, step, self.run_dir.root / "eval")
 
     def _requests(self, groups: int | None = None):
         items = self.stream.take(groups or self.config.prompts_per_step)
-        return build_requests(items, self.prompt_ids, self.config.num_generations, self.sampling, self.tool_use)
+        return build_requests(items, self.data.prompt_ids, self.config.num_generations, self.sampling, self.tool_use)
 
     def _next_batch(self, step: int) -> tuple[list, StepSamples, StepRewards]:
         """(requests, samples, rewards) of the step. On-policy (max_staleness 0): generated now. Async
@@ -290,7 +274,7 @@ class GRPORun:
         if target is not None:
             if asked is not None:
                 log.info(f"scaling the rollout pool to {asked} engine(s)")
-            self.parts.pool.resize(target)
+            self.components.pool.resize(target)
 
     def _within_bounds(self, engines: int) -> int:
         """A `scale` request, held within rollout.autoscale's bounds when the run autoscales."""
@@ -328,16 +312,16 @@ class GRPORun:
         batch = learner_batch(
             trained,
             trained.advantage,
-            self.parts.tokenizer.pad_token_id,
+            self.components.tokenizer.pad_token_id,
             self.config.mask_truncated_completions,
             learner_version=self.weights.version,
         )
-        learner_metrics = self.parts.learner.train_step(batch, trained.group_id)
+        learner_metrics = self.components.learner.train_step(batch, trained.group_id)
         learned = time.perf_counter()
 
         self.weights.version += 1
         # Async: the generation thread owns the pool, and replaces a dead engine when its next call fails.
-        sync = self.parts.pool.sync_weights(self.weights, replace_now=not self._prefetch.running)
+        sync = self.components.pool.sync_weights(self.weights, replace_now=not self._prefetch.running)
         synced = time.perf_counter()
 
         write_parquet(rollout_table(samples, step), self.run_dir.rollout_file(step))
@@ -345,12 +329,12 @@ class GRPORun:
             "step": step,
             "policy_version": int(samples.policy_version.min()),
             **staleness.figures(samples, learner_version=self.weights.version - 1),
-            **rollout_metrics(samples, self.parts.tokenizer.eos_token_id, tools=self.tool_use is not None),
+            **rollout_metrics(samples, self.components.tokenizer.eos_token_id, tools=self.tool_use is not None),
             **learner_metrics,
             **figures,
             "reward_errors": reward_errors,
-            "engines": self.parts.pool.size,
-            "engine_restarts": self.parts.pool.restarts,
+            "engines": self.components.pool.size,
+            "engine_restarts": self.components.pool.restarts,
             "weight_sync/bytes": sync.bytes,
             "weight_sync/checksum": sync.checksum,
             "time/generate": generated - start + extra_generate_s,
@@ -359,7 +343,7 @@ class GRPORun:
             "time/sync": synced - learned,
             # Async: generation of the next batches overlaps this step, so time/pool_busy exceeds time/generate.
             "time/pool_busy": self._generating.seconds() - generating,
-            **(self.parts.judges.metrics() if self.parts.judges is not None else {}),
+            **(self.components.judges.metrics() if self.components.judges is not None else {}),
         }
         metrics["time/step"] = time.perf_counter() - start
         metrics["samples_per_s"] = len(samples) / metrics["time/step"]
@@ -368,7 +352,7 @@ class GRPORun:
     def _autoscale(self, metrics: dict, tokens: int) -> dict:
         """The pool's figures for the step and, with `rollout.autoscale`, the autoscaler's decision; a
         resize is applied where scaling requests are (`_apply_control`), before the next generation."""
-        pool, step_s, drained_so_far = self.parts.pool, metrics["time/step"], self.parts.pool.drained
+        pool, step_s, drained_so_far = self.components.pool, metrics["time/step"], self.components.pool.drained
         drained, self._drained = drained_so_far - self._drained, drained_so_far
         figures = {
             "rollout/engines": pool.serving,
@@ -428,4 +412,4 @@ class GRPORun:
         # A prefetched batch (async mode) is not trained on yet: a resumed run generates it again.
         position = self.stream.position - self._prefetch.groups_ahead
         state = ResumeState(step, position, self.weights.version, learner_fsdp=self.config.learner.fsdp)
-        return self.run_dir.write_checkpoint(step, self.parts.learner.save, state, keep=self.config.save_total_limit)
+        return self.run_dir.write_checkpoint(step, self.components.learner.save, state, keep=self.config.save_total_limit)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,22 +16,20 @@ from orchestrator.data.prompt_data import PromptData, select
 from orchestrator.data.prompts import read_prompt_data
 from orchestrator.rollout.samples import Ragged
 from orchestrator.training.evaluation import EvalSet
-from orchestrator.training.requests import tokenize_prompts
+from orchestrator.training.requests import PromptSet, tokenize_prompts
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclasses.dataclass(frozen=True)
 class Checked:
     model: str  # path or hub name the engines and the learner load
     tokenizer: str
-    canonical: object  # the canonical tokenizer, built once: added tokens, chat template, pad fallback
-    prompts: list[str]
-    columns: Sequence[dict]  # each prompt's other dataset columns (reward functions get them as kwargs; data/prompt_data.py)
-    prompt_ids: Ragged  # each prompt's ids with the canonical tokenizer: what the engines receive
+    canonical: PreTrainedTokenizerBase  # the canonical tokenizer, built once: added tokens, chat template, pad fallback
+    data: PromptSet  # the prompts to train on (those within max_prompt_length), their ids, columns and eval set
     dropped_prompts: int
     longest_prompt: int  # tokens
-    # Chat prompts and evaluation (data/conversations.py, training/evaluation.py)
-    conversations: list[list[dict]] | None = None  # each prompt's messages, when the prompts are conversations
-    eval_set: EvalSet | None = None
     chat_template: str | None = None  # the chat_template's text (a file read here), for the learner
 
 
@@ -78,7 +76,8 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
     longest = max(lengths + [len(ids) for ids in (eval_set.prompt_ids if eval_set else [])])
     judges.check(config, longest)
     ids = Ragged.of(prompt_ids, np.int32)
-    return Checked(model, tokenizer_name, tokenizer, prompts, columns, ids, dropped, longest, conversations, eval_set, template)
+    checked = PromptSet(prompts, ids, columns, conversations, eval_set)
+    return Checked(model, tokenizer_name, tokenizer, checked, dropped, longest, template)
 
 
 def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str) -> EvalSet | None:

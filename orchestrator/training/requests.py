@@ -8,11 +8,37 @@ engine receives. Nothing re-tokenises a prompt.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
 from orchestrator.contracts.groups import GroupRequest
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
 from orchestrator.data.stream import StreamItem
+from orchestrator.rollout.groups import make_groups
 from orchestrator.rollout.samples import Ragged
+
+if TYPE_CHECKING:
+    from orchestrator.training.evaluation import EvalSet
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptSet:
+    """The prompts a run trains on, as preflight checked them (training/preflight.py), and its held-out set."""
+
+    prompts: list[str]  # the text the engines continue (a conversation: its rendered text)
+    prompt_ids: Ragged  # each prompt's ids with the canonical tokenizer: what the engines receive
+    columns: Sequence[dict] | None = None  # each prompt's other dataset columns (reward kwargs; data/prompt_data.py)
+    conversations: list[list[dict]] | None = None  # each prompt's messages, when the prompts are conversations
+    eval_set: EvalSet | None = None  # held-out prompts (training/evaluation.py)
+
+    @staticmethod
+    def of_texts(prompts: list[str], tokenizer) -> PromptSet:
+        """Plain-text prompts tokenised here, with nothing else (`bench`)."""
+        return PromptSet(prompts, Ragged.of(tokenize_prompts(prompts, tokenizer), np.int32))
 
 
 def tokenize_prompts(prompts: list[str], tokenizer, conversational: bool = False) -> list[list[int]]:
@@ -30,15 +56,12 @@ def build_requests(
 ) -> list[GroupRequest]:
     """One request per item; `prompt_ids[i]` are the ids of prompt i of the prompt list (one int32 array
     for the whole list: a driver holds every prompt's ids for the whole run)."""
-    return [
-        GroupRequest(
-            group_id=item.group_id,
-            prompt_index=item.prompt_index,
-            prompt=item.prompt,
-            prompt_ids=prompt_ids[item.prompt_index].tolist(),
-            num_generations=num_generations,
-            sampling=sampling,
-            tools=tools,
-        )
-        for item in items
-    ]
+    return make_groups(
+        [item.prompt for item in items],
+        [prompt_ids[item.prompt_index].tolist() for item in items],
+        num_generations,
+        sampling,
+        tools,
+        group_ids=[item.group_id for item in items],
+        prompt_indices=[item.prompt_index for item in items],
+    )

@@ -87,7 +87,7 @@ def test_drop_long_prompts_keeps_the_rest_and_counts(prompts_file):
 
     long = prompts_file([json.dumps({"prompt": "Q: what is apple ? A:"}), json.dumps({"prompt": "word " * 50})])
     checked = preflight(TrainConfig(prompts=str(long), max_prompt_length=20, drop_long_prompts=True, max_completion_length=24))
-    assert checked.prompts == ["Q: what is apple ? A:"] and checked.dropped_prompts == 1
+    assert checked.data.prompts == ["Q: what is apple ? A:"] and checked.dropped_prompts == 1
 
 
 def test_stop_token_ids_outside_the_vocabulary(tmp_path, capsys, learner_tokenizer):

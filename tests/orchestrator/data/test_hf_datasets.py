@@ -76,17 +76,19 @@ def test_preflight_reads_the_prompt_column_and_passes_the_other_columns(math_fol
         max_completion_length=8,
     )
     checked = preflight(config)
-    assert checked.prompts == TRAIN["question"]
-    assert list(checked.columns) == [{"answer": "red", "level": 1}, {"answer": "green", "level": 2}]
-    assert checked.eval_set.prompts == TEST["question"] and list(checked.eval_set.columns) == [{"answer": "blue", "level": 3}]
+    assert checked.data.prompts == TRAIN["question"]
+    assert list(checked.data.columns) == [{"answer": "red", "level": 1}, {"answer": "green", "level": 2}]
+    assert checked.data.eval_set.prompts == TEST["question"] and list(checked.data.eval_set.columns) == [
+        {"answer": "blue", "level": 3}
+    ]
 
     # a dropped prompt takes its row of the other columns with it
     dropping = config.model_copy(
         update={"prompts": str(math_folder.parent / "long"), "max_prompt_length": 20, "drop_long_prompts": True}
     )
     checked = preflight(dropping)
-    assert checked.dropped_prompts == 1 and checked.prompts == [TRAIN["question"][1]]
-    assert list(checked.columns) == [{"answer": "green", "level": 2}]
+    assert checked.dropped_prompts == 1 and checked.data.prompts == [TRAIN["question"][1]]
+    assert list(checked.data.columns) == [{"answer": "green", "level": 2}]
 
 
 def test_the_chosen_column_is_the_prompt_and_a_prompt_column_stays_a_column(tmp_path):

@@ -24,6 +24,7 @@ SCRIPT = textwrap.dedent(
     from orchestrator.placement.labels import LEARNER_ROLE, REWARD_ROLE, ROLE_LABEL, ROLLOUT_ROLE
     from orchestrator.launch import canonical_tokenizer, start_training
     from orchestrator.training.loop import GRPORun
+    from orchestrator.training.requests import PromptSet
     from orchestrator.training.run_dir import RunDir
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
@@ -42,7 +43,7 @@ SCRIPT = textwrap.dedent(
     parts = start_training(config, str(tiny.model_dir), canonical_tokenizer(config, str(tiny.tokenizer_dir)))
     run_dir = RunDir.create(config.output_dir)
     run_dir.prepare({})
-    metrics = GRPORun(config, search_task.all_prompts(), run_dir, parts).run()
+    metrics = GRPORun(config, PromptSet.of_texts(search_task.all_prompts(), parts.tokenizer), run_dir, parts).run()
     print("RESULT " + json.dumps({
         "rollout_nodes": [n.node_id for n in rollout_nodes],
         "learner_node": learner_node.node_id,

@@ -27,10 +27,10 @@ def test_dataset_columns_reach_the_reward_function(tmp_path, ray_session):
     )
     config = TrainConfig(prompts=str(prompts), reward_funcs=[f"{reward}:exact"], max_completion_length=8, num_generations=2)
     checked = preflight(config)
-    assert checked.columns == [{"answer": "2", "group_id": "x"}, {"answer": "4", "group_id": "x"}]
+    assert checked.data.columns == [{"answer": "2", "group_id": "x"}, {"answer": "4", "group_id": "x"}]
 
-    scorer = RewardScorer(config.reward_funcs, None, None, checked.columns)
-    groups = [_group(0, 1, checked.prompts[1], [" 4", " 5"]), _group(1, 0, checked.prompts[0], [" 2", " 2"])]
+    scorer = RewardScorer(config.reward_funcs, None, None, checked.data.columns)
+    groups = [_group(0, 1, checked.data.prompts[1], [" 4", " 5"]), _group(1, 0, checked.data.prompts[0], [" 2", " 2"])]
     scoring = scorer.begin([request for request, _ in groups])
     for _, result in reversed(groups):  # results come back in any order
         scoring.add(result)

@@ -11,6 +11,7 @@ from orchestrator.learner.weights import PolicyWeights
 from orchestrator.rollout.samples import Ragged
 from orchestrator.training.loop import GRPORun
 from orchestrator.training.metrics import MetricsLog
+from orchestrator.training.requests import PromptSet
 from orchestrator.training.run_dir import RunDir
 from workers.weights.transport import LearnerSyncTimeout, SyncReport
 
@@ -50,7 +51,7 @@ def _run(tmp_path, **settings):
     run_dir = RunDir.create(config.output_dir)
     run_dir.prepare(config.model_dump(mode="json"))
     parts = Components(learner=learner, pool=pool, weights=weights, tokenizer=None)
-    run = GRPORun(config, ["a", "b"], run_dir, parts, prompt_ids=Ragged.of([[1], [2]], np.int32))
+    run = GRPORun(config, PromptSet(["a", "b"], Ragged.of([[1], [2]], np.int32)), run_dir, parts)
     run._log = MetricsLog(run_dir.metrics)
     return run, pool, learner, transport
 
