@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.learning import LEARNER_STATE
 from workers.learner import lora, sharding
 
@@ -37,17 +36,12 @@ def save(learner, folder: str) -> None:
 
 def load(learner, folder: str) -> None:
     """Into a learner built on the checkpoint's weights (on the run's model, with LoRA: the adapter
-    is loaded here)."""
+    is loaded here). `train --resume` checked before Ray that the learner shards as the one that wrote
+    it did (commands/train.py); a restart runs the same config."""
     if learner.config.lora is not None:
         lora.load_adapter(learner.trainer.accelerator.unwrap_model(learner.model), folder)
     path = f"{folder}/{LEARNER_STATE}"
     state = sharding.read_learner_state(path) if learner.sharded else torch.load(path, weights_only=False)
-    written_sharded = sharding.WHOLE_OPTIMIZER in state
-    if written_sharded != learner.sharded:
-        raise UserError(
-            f"{folder} was written by a learner with learner.fsdp {str(written_sharded).lower()}; resume it with "
-            f"learner.fsdp: {str(written_sharded).lower()}"
-        )
     if learner.sharded:
         sharding.load_whole_optimizer_state(learner.model, learner.optimizer.optimizer, state[sharding.WHOLE_OPTIMIZER])
     else:
