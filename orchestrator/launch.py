@@ -1,7 +1,7 @@
 """Start what a command runs on: Ray, placement and the device once, then the actor groups.
 
     cluster = connect(num_cpus)           # Ray (local or RAY_ADDRESS), node placement, cpu or cuda
-    pool = start_pool(cluster, ...)       # an EngineGroup of vLLM engines behind a RolloutPool
+    pool = start_pool(cluster, ...)       # an EngineFleet of vLLM engines behind a RolloutPool
     parts = start_training(config, ...)   # the learner group, the reward models, the pool on its weights, the policy weights
 
 `generate`, `train`, `bench` and `simulate` all come through here, so Ray is initialised in one
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import TYPE_CHECKING
 
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.judges import pools as judge_pools
@@ -20,15 +21,20 @@ from orchestrator.learner.group import LearnerGroup
 from orchestrator.learner.weights import PolicyWeights
 from orchestrator.log import log
 from orchestrator.rewards import models as reward_models
-from orchestrator.rewards.models import RewardModelGroup
-from orchestrator.rollout.engine_group import EngineGroup, one_cpu_node
+from orchestrator.rewards.models import RewardModelServers
+from orchestrator.rollout.fleet import EngineFleet, one_cpu_node
 from orchestrator.rollout.launcher import EngineLauncher
 from orchestrator.rollout.pool import RolloutPool
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from orchestrator.placement.placement import Placement
 
 
 @dataclasses.dataclass(frozen=True)
 class Cluster:
-    placement: object  # orchestrator.placement.placement.Placement
+    placement: Placement  # which nodes and resources each role's actors ask for
     device: str  # "cuda" if the cluster has GPUs, else "cpu"
 
 
@@ -59,9 +65,9 @@ def start_pool(
     learner_cores: int = 0,
 ) -> RolloutPool:
     """A started pool. `sized_for` = (model config.json, samples in flight, tokens per sample) sizes
-    each engine's context and, on CPU, its KV cache (`EngineGroup.size_for`); `on_engine_ready(engine_id,
+    each engine's context and, on CPU, its KV cache (`EngineFleet.size_for`); `on_engine_ready(engine_id,
     actor)` runs before an engine serves; `learner_cores`: cores of a one-node CPU cluster left to the learner."""
-    engines = EngineGroup(
+    engines = EngineFleet(
         cluster, model, tokenizer, config, seed=seed, engine_files=engine_files, launcher=launcher, learner_cores=learner_cores
     )
     if sized_for is not None:
@@ -77,8 +83,8 @@ class Components:
     learner: LearnerGroup
     pool: RolloutPool
     weights: PolicyWeights  # the policy version the engines serve, and how it reaches them
-    tokenizer: object  # the canonical tokenizer, loaded on the driver
-    reward_models: RewardModelGroup | None = None  # the workers serving reward_funcs' models, if it names any
+    tokenizer: PreTrainedTokenizerBase  # the canonical tokenizer, loaded on the driver
+    reward_models: RewardModelServers | None = None  # the workers serving reward_funcs' models, if it names any
     judges: judge_pools.JudgePools | None = None  # the judges' routers and engine pools, if the run names any
 
     def shutdown(self) -> None:
@@ -136,7 +142,7 @@ def start_training(
     learner = LearnerGroup.start(cluster, config, model, bundle, resume_from, rollout.startup_timeout_s)
     scorers = judges = None
     try:
-        scorers = reward_models.RewardModelGroup.start(config, rollout.startup_timeout_s)
+        scorers = reward_models.RewardModelServers.start(config, rollout.startup_timeout_s)
         contexts = judge_pools.check(config, max_prompt_tokens or config.max_prompt_length or 0)
         judges = judge_pools.JudgePools.start(config, cluster, contexts)
         components = _start_engines(config, cluster, tokenizer, bundle, learner, learner_cores, policy_version, max_prompt_tokens)

@@ -7,7 +7,7 @@ judge, which starts and drives the judge's own engine pool.
     judges.metrics()                               # judges/<name>/... since the last call
     judges.shutdown()
 
-A judge's engines are rollout engines (workers/rollout/) started by the same `EngineGroup` as the policy's,
+A judge's engines are rollout engines (workers/rollout/) started by the same `EngineFleet` as the policy's,
 with the judge's model loaded from disk and never a weight sync: the same placement (nodes labelled
 `role=rollout`), tokenizer fingerprint check, health checks and dead-engine replacement
 (`judges.<name>.pool.max_restarts`). The router (router.py) is the pool's driver, in an actor of its own
@@ -29,7 +29,7 @@ from orchestrator.log import log
 ROUTER_CONCURRENCY = 16  # calls a router takes at once (it serves them one at a time; the rest wait for the lock)
 CONTROL = "control"  # the router's concurrency group for figures and shutdown: never queued behind calls
 START_MARGIN_S = 120.0  # beyond the engines' own start deadline: the router loads the tokenizer first
-SHUTDOWN_S = 120.0  # an engine group's shutdown gives each engine 30 s, then waits for its clean-ups
+SHUTDOWN_S = 120.0  # an engine fleet's shutdown gives each engine 30 s, then waits for its clean-ups
 CALL_WAIT_S = 10.0  # a shutdown waits this long for the judge call under way before it stops the engines
 
 
@@ -97,7 +97,7 @@ class JudgeServer:
 
         from orchestrator.judges.router import JudgeRouter
         from orchestrator.models import resolve_model
-        from orchestrator.rollout.engine_group import EngineGroup
+        from orchestrator.rollout.fleet import EngineFleet
         from orchestrator.rollout.pool import RolloutPool
 
         model, tokenizer_name = resolve_model(self.settings.model, self.settings.tokenizer)
@@ -106,7 +106,7 @@ class JudgeServer:
         if pool_config.cpu_threads_bind is None:  # the policy's engines take this machine's core slots
             pool_config = pool_config.model_copy(update={"cpu_threads_bind": "auto"})
         model_config = json.loads((Path(model) / "config.json").read_text()) if Path(model).is_dir() else {}
-        self.engines = EngineGroup(self.cluster, model, tokenizer, pool_config, seed=self.seed, name=f"judge-{self.name}")
+        self.engines = EngineFleet(self.cluster, model, tokenizer, pool_config, seed=self.seed, name=f"judge-{self.name}")
         self.engines.size_for(model_config, pool_config.max_inflight_samples, self.context)
         pool = RolloutPool(self.engines).start()
         self.router = JudgeRouter(self.name, pool, tokenizer, self.settings, self.context)

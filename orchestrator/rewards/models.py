@@ -2,7 +2,7 @@
 group of their own (`reward_models:`), which reward tasks call.
 
     check(config, conversational)          # preflight: every model loadable as TRL loads it, its tokenizer fit
-    group = RewardModelGroup.start(config)  # None when reward_funcs names no model
+    servers = RewardModelServers.start(config)  # None when reward_funcs names no model
     functions.score(..., reward_models=group.handles)   # in a reward task: the model's scores for its samples
     group.shutdown()
 
@@ -76,12 +76,12 @@ def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-class RewardModelGroup:
+class RewardModelServers:
     def __init__(self, workers: list):
         self.workers = workers
 
     @classmethod
-    def start(cls, config, timeout_s: float) -> RewardModelGroup | None:
+    def start(cls, config, timeout_s: float) -> RewardModelServers | None:
         """Start `reward_models.workers` actors holding every reward model of the run, and wait until each
         has loaded them (at most `timeout_s`); None when the run has no reward model."""
         import ray

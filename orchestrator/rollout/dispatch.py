@@ -35,7 +35,7 @@ from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.log import log
 from orchestrator.rollout.collector import ResultFreezer
 from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
-from orchestrator.rollout.engine_group import EngineFailedError, EngineGroup
+from orchestrator.rollout.fleet import EngineFailedError, EngineFleet
 from orchestrator.rollout.health import Watchdog
 
 WATCHDOG_TICK_S = 1.0  # how often the loop looks for wedged engines (each is asked every health_check_interval_s)
@@ -45,7 +45,7 @@ DRAIN_CHECK_S = 5.0  # how often it asks Ray which nodes are draining (a preempt
 class Dispatch:
     def __init__(
         self,
-        engines: EngineGroup,
+        engines: EngineFleet,
         requests: list[GroupRequest],
         batch: int,
         on_result: Callable[[GroupResult], None] | None = None,
@@ -159,7 +159,7 @@ class Dispatch:
             self.died(engine_id, EngineWedgedError(f"engine {engine_id}: {why}"))
 
     def drain(self) -> None:
-        """Every DRAIN_CHECK_S, engines on nodes Ray is draining are drained (engine_group.py): they take
+        """Every DRAIN_CHECK_S, engines on nodes Ray is draining are drained (fleet.py): they take
         no more groups and their queued ones are taken back; they finish what they started if their node
         lasts, and a death's handling covers the rest."""
         if time.monotonic() < self.next_drain_check:
@@ -182,7 +182,7 @@ class Dispatch:
             self._exchanged(engine_id, future)
 
     def died(self, engine_id: int, error: BaseException) -> None:
-        """The engine is replaced (engine_group.py); its groups are generated again on live engines, exactly once."""
+        """The engine is replaced (fleet.py); its groups are generated again on live engines, exactly once."""
         self.engines.engine_died(engine_id, error)
         self.dispatcher.remove(engine_id)
         self.calling.discard(engine_id)

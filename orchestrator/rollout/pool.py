@@ -1,4 +1,4 @@
-"""`RolloutPool`: sends groups to the engines of an `EngineGroup` and collects what comes back.
+"""`RolloutPool`: sends groups to the engines of an `EngineFleet` and collects what comes back.
 
 `generate` sends each group to the least-loaded serving engine (dispatcher.py), never more than
 `rollout.max_inflight_samples` generating plus `rollout.max_queued_samples` queued on one engine, in
@@ -6,11 +6,11 @@ one call per engine for all the groups picked for it at once, and returns result
 callers get them back in any order and assemble by group id. Once every group is out, the groups
 still queued on engines are taken back and go to whichever engines free room first, as the driver
 would have sent them with no queues at all: a batch's end waits for no engine's queue. A group whose engine died goes back to the
-queue for the live engines, and the group replaces the engine (engine_group.py): the pool runs
+queue for the live engines, and the group replaces the engine (fleet.py): the pool runs
 degraded on the engines it has and fails only when none are left.
 
 The pool is the front door to its engines: resizing (`resize`), replacing (`drop`) and weight syncs
-(`sync_weights`) go through it, and nothing outside orchestrator/rollout/ touches its `EngineGroup`.
+(`sync_weights`) go through it, and nothing outside orchestrator/rollout/ touches its `EngineFleet`.
 
 Engines come from a launcher (launcher.py): one vLLM actor each by default, or simulated engines,
 which is how `python -m orchestrator simulate` measures this file at hundreds of engines.
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.rollout.dispatch import Dispatch
-from orchestrator.rollout.engine_group import EngineGroup
+from orchestrator.rollout.fleet import EngineFleet
 
 if TYPE_CHECKING:
     from orchestrator.learner.weights import PolicyWeights
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 class RolloutPool:
-    def __init__(self, engines: EngineGroup):
+    def __init__(self, engines: EngineFleet):
         self.engines = engines
         self._batches = itertools.count()  # each `generate` call is a batch of its own on the engines
 
@@ -69,7 +69,7 @@ class RolloutPool:
         return self.engines.restarts
 
     def resize(self, engines: int) -> None:
-        """Grow or shrink to `engines` (see `EngineGroup.resize`); applied as `generate` runs."""
+        """Grow or shrink to `engines` (see `EngineFleet.resize`); applied as `generate` runs."""
         self.engines.resize(engines)
 
     def sync_weights(self, weights: PolicyWeights, replace_now: bool = True) -> SyncReport:

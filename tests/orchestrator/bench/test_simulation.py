@@ -37,13 +37,13 @@ def test_the_ideal_replay_matches_the_timing_model_by_hand(tiny):
 def test_a_killed_engine_loses_no_group_and_is_replaced(tiny, ray_session):
     from orchestrator.bench import simulation
     from orchestrator.bench.simulated_engines import SimulatedLauncher
-    from orchestrator.rollout.engine_group import EngineGroup
+    from orchestrator.rollout.fleet import EngineFleet
     from orchestrator.rollout.pool import RolloutPool
 
     tokenizer, requests, _ = simulation.workload(prompts=80, num_generations=2, max_tokens=32)
     launcher = SimulatedLauncher(FAST)
     config = RolloutConfig(engines=4, max_inflight_samples=4, num_cpus_per_engine=0)
-    pool = RolloutPool(EngineGroup(ray_session, "simulated", tokenizer, config, launcher=launcher))
+    pool = RolloutPool(EngineFleet(ray_session, "simulated", tokenizer, config, launcher=launcher))
     killed = []
 
     def kill_engine_0_once(result):

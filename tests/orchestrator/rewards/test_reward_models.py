@@ -75,7 +75,7 @@ def _score(config, group, requests, results) -> dict:
 def test_a_step_is_scored_by_the_workers_and_a_worker_killed_mid_batch_rescores_it(ray_session):
     rm = str(short_preferring_reward_model())
     config = _config(rm, reward_weights=[0.0, 1.0], reward_models={"workers": 2, "num_cpus": 0})
-    group = models.RewardModelGroup.start(config, timeout_s=120)
+    group = models.RewardModelServers.start(config, timeout_s=120)
     try:
         prompt = "Q: what is apple ? A:"
         requests, results = _groups(prompt, [[" apple", " <search> apple </search>"], [" a b c d e f g h", " x"]])

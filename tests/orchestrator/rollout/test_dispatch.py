@@ -13,7 +13,7 @@ from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.rollout.dispatch import Dispatch
-from orchestrator.rollout.engine_group import EngineFailedError
+from orchestrator.rollout.fleet import EngineFailedError
 from workers.rollout.group_queue import Collected
 
 
@@ -90,7 +90,7 @@ class FakeEngine:
 
 
 class FakeEngines:
-    """What `Dispatch` uses of an `EngineGroup`: the serving actors, admission, draining, deaths."""
+    """What `Dispatch` uses of an `EngineFleet`: the serving actors, admission, draining, deaths."""
 
     def __init__(self, engines: list[FakeEngine], leaving: set[int] = frozenset(), **config):
         """`leaving`: engines whose node Ray drains, noticed at the first health check."""

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.launch import start_pool
-from orchestrator.rollout.engine_group import EngineFailedError
+from orchestrator.rollout.fleet import EngineFailedError
 from tests.random_llama import save_random_llama
 
 pytestmark = pytest.mark.engines

@@ -18,10 +18,10 @@ def _group(learner_tokenizer, device, **rollout):
     from types import SimpleNamespace
 
     from orchestrator.contracts.rollout import RolloutConfig
-    from orchestrator.rollout.engine_group import EngineGroup
+    from orchestrator.rollout.fleet import EngineFleet
 
     # cpu_threads_bind set: the group does not look for the cluster's cores (no Ray here)
-    return EngineGroup(
+    return EngineFleet(
         SimpleNamespace(device=device), None, learner_tokenizer, RolloutConfig(cpu_threads_bind="nobind", **rollout)
     )
 

@@ -91,9 +91,9 @@ def test_generation_needs_no_pad_token(pool, learner_tokenizer):
 
 def test_engine_with_a_different_tokenizer_is_refused_before_any_request(tiny, learner_tokenizer, base_tokenizer, ray_session):
     from orchestrator.contracts.tokenizer import bundle_tokenizer
-    from orchestrator.rollout.engine_group import EngineGroup, TokenizerMismatchError
+    from orchestrator.rollout.fleet import EngineFleet, TokenizerMismatchError
 
-    engines = EngineGroup(
+    engines = EngineFleet(
         ray_session,
         str(tiny.model_dir),
         learner_tokenizer,

@@ -1,4 +1,4 @@
-"""The engine group's edge cases, on real Ray. Admitting an engine when its first weight load goes
+"""The engine fleet's edge cases, on real Ray. Admitting an engine when its first weight load goes
 wrong: an engine that fails it is dropped and the pool goes on; a dead or stuck learner is not blamed
 on the engine but reaches the caller, who restarts the learner, and a successor engine starts so the
 pool keeps its size (simulated engines). The end of a run
@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.bench.simulated_engine import TokenTiming
 from orchestrator.contracts.rollout import RolloutConfig
-from orchestrator.rollout.engine_group import EngineGroup
+from orchestrator.rollout.fleet import EngineFleet
 from orchestrator.rollout.launcher import ActorLauncher
 
 FAST = TokenTiming(step_base_s=0.002, step_per_sample_s=0.0, prefill_per_token_s=0.0, mean_completion_tokens=8)
@@ -28,7 +28,7 @@ def simulated(tiny, ray_session):
     tokenizer, requests, _ = simulation.workload(prompts=8, num_generations=2, max_tokens=16)
     launcher = SimulatedLauncher(FAST)
     config = RolloutConfig(engines=2, max_inflight_samples=4, num_cpus_per_engine=0)
-    pool = RolloutPool(EngineGroup(ray_session, "simulated", tokenizer, config, launcher=launcher))
+    pool = RolloutPool(EngineFleet(ray_session, "simulated", tokenizer, config, launcher=launcher))
     yield pool, requests
     pool.shutdown()
     launcher.close()
@@ -86,7 +86,7 @@ class NoNodeLauncher(ActorLauncher):
 def test_shutdown_cancels_an_engine_still_waiting_for_a_node(learner_tokenizer, ray_session):
     import ray
 
-    engines = EngineGroup(ray_session, None, learner_tokenizer, RolloutConfig(), launcher=NoNodeLauncher())
+    engines = EngineFleet(ray_session, None, learner_tokenizer, RolloutConfig(), launcher=NoNodeLauncher())
     engine_id = engines.add_engine()
     waiting = engines.starting[engine_id].ready
     started = time.monotonic()
@@ -101,7 +101,7 @@ def test_a_drained_engine_closes_while_the_pool_goes_on_and_is_killed_once_close
     """Closing a vLLM engine takes seconds; a shrink or drain must not stop the pool's dispatch for them."""
     import ray
 
-    engines = EngineGroup(ray_session, None, learner_tokenizer, RolloutConfig(), launcher=ActorLauncher())
+    engines = EngineFleet(ray_session, None, learner_tokenizer, RolloutConfig(), launcher=ActorLauncher())
     actor = ray.remote(ClosesWhenTold).options(num_cpus=0, max_concurrency=2)
     closing, hung = actor.remote(), actor.remote()
     engines.actors.update({0: closing, 1: hung})

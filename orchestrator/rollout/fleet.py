@@ -1,4 +1,4 @@
-"""`EngineGroup`: the rollout engines' lifecycle. Start, admit, replace, resize, drain, stop.
+"""`EngineFleet`: the rollout engines' lifecycle. Start, admit, replace, resize, drain, stop.
 
 Every engine is a Ray actor (or a simulated stand-in) started by a launcher (launcher.py) in its
 own placement group. An engine is *admitted*, and only then serves, once the fingerprint of the
@@ -16,6 +16,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from orchestrator.contracts.engine_death import reason
 from orchestrator.contracts.errors import LearnerDiedError, RunError, UserError
@@ -27,6 +28,10 @@ from orchestrator.placement.labels import ROLE_LABEL, ROLLOUT_RESOURCE, ROLLOUT_
 from orchestrator.rollout.collector import freeze_startup_objects, unfreeze
 from orchestrator.rollout.cpu_cores import CoreSlots
 from orchestrator.rollout.launcher import CLEAN_UP_TIMEOUT_S, ActorLauncher, EngineLauncher
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.actor import ActorHandle
 
 STOP_TIMEOUT_S = 30.0  # an engine told to stop gets this long to close its vLLM engine, then is killed
 CLEAN_UP_WAIT_S = CLEAN_UP_TIMEOUT_S + 30  # a clean-up task may first wait for a Ray worker to run it
@@ -42,19 +47,19 @@ class EngineFailedError(RunError):
 
 @dataclasses.dataclass
 class _Stopping:
-    actor: object
-    closing: object  # ObjectRef of RolloutWorker.shutdown()
+    actor: ActorHandle
+    closing: ObjectRef  # of RolloutWorker.shutdown()
     deadline: float
 
 
 @dataclasses.dataclass
 class _Starting:
-    actor: object
-    ready: object  # ObjectRef of RolloutWorker.start()
+    actor: ActorHandle
+    ready: ObjectRef  # of RolloutWorker.start()
     deadline: float
 
 
-class EngineGroup:
+class EngineFleet:
     def __init__(
         self,
         cluster,
@@ -121,7 +126,7 @@ class EngineGroup:
             )
         self.config = self.config.model_copy(update=update)
 
-    def start(self) -> EngineGroup:
+    def start(self) -> EngineFleet:
         """Start every engine and admit them all (each checked, then `on_engine_ready`) or fail."""
         import ray
 
