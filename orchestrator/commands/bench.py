@@ -265,7 +265,7 @@ def _table(r: dict) -> str:
 
 
 def _learner_rows(name: str, case: dict) -> list[tuple[str, str, str]]:
-    """The learner's s/step now against the padded whole step, on all cores and on Ray's one thread."""
+    """The learner's s/step (token-budget micro-batches, packed) against the whole step padded, when that case ran."""
     ours = case["train"]
 
     def row(what: str, run: dict) -> tuple[str, str, str]:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.rollout.dispatch import Dispatch
 from orchestrator.rollout.fleet import EngineFleet
+from workers.weights.transport import LearnerSyncTimeout
 
 if TYPE_CHECKING:
     from orchestrator.learner.weights import PolicyWeights
@@ -73,8 +74,14 @@ class RolloutPool:
         self.engines.resize(engines)
 
     def sync_weights(self, weights: PolicyWeights, replace_now: bool = True) -> SyncReport:
-        """Load `weights.version` into every serving engine, and drop those the sync found dead."""
-        report = weights.sync(dict(self.engines.actors))
+        """Load `weights.version` into every serving engine, and drop those the sync found dead, also when
+        the learner was stuck (`LearnerSyncTimeout`: engines stuck in its NCCL broadcast never finish it,
+        so they are replaced now, not once the next sync has timed out on them too)."""
+        try:
+            report = weights.sync(dict(self.engines.actors))
+        except LearnerSyncTimeout as stuck:
+            self.drop(stuck.engines, replace_now)
+            raise
         self.drop(report.dead, replace_now)
         return report
 

@@ -43,7 +43,6 @@ from orchestrator.training.prefetch import Prefetcher
 from orchestrator.training.requests import PromptSet, build_requests
 from orchestrator.training.run_dir import ResumeState, RunDir, resume_hint
 from orchestrator.training.trackers import Trackers, make_trackers
-from workers.weights.transport import LearnerSyncTimeout
 
 
 class GRPORun:
@@ -165,10 +164,6 @@ class GRPORun:
             f"step {step}: {death}; restarting it from {checkpoint.name if checkpoint else 'the initial model'} "
             f"(learner restart {self._learner_restarts} of learner.max_restarts={self.config.learner.max_restarts})"
         )
-        if isinstance(death, LearnerSyncTimeout):
-            # Engines stuck in the dead learner's NCCL broadcast never finish it: replace them now, not
-            # once the next sync has timed out on them too (async: the generation thread replaces them).
-            self.components.pool.drop(death.engines, replace_now=not self._prefetch.running)
         self._replace_learner(checkpoint, state)
         return state.step
 

@@ -4,6 +4,7 @@ forever, and syncing them again would only time out a second time. Stand-ins for
 learner; the loop's own restart code runs."""
 
 import numpy as np
+import pytest
 
 from orchestrator.config.train import TrainConfig
 from orchestrator.launch import Components
@@ -56,12 +57,38 @@ def _run(tmp_path, **settings):
     return run, pool, learner, transport
 
 
+class _Fleet:
+    def __init__(self, engine_ids):
+        self.actors = {engine_id: f"actor {engine_id}" for engine_id in engine_ids}
+        self.died = []
+
+    def engine_died(self, engine_id, error):
+        self.died.append(engine_id)
+        del self.actors[engine_id]
+
+
+class _StuckWeights:
+    def __init__(self, stuck):
+        self.stuck = stuck
+        self.synced = []
+
+    def sync(self, engines):
+        self.synced.append(sorted(engines))
+        raise LearnerSyncTimeout("NCCL weight sync to version 4 did not finish: the learner is stuck", engines=self.stuck)
+
+
 def test_engines_stuck_in_a_timed_out_sync_are_replaced_before_the_next_sync(tmp_path):
-    run, pool, learner, transport = _run(tmp_path)
+    from orchestrator.rollout.pool import RolloutPool
+
+    fleet = _Fleet([1, 2, 3])
     stuck = {1: TimeoutError("engine 1: NCCL weight sync to version 4 did not finish"), 3: TimeoutError("engine 3")}
-    death = LearnerSyncTimeout("NCCL weight sync to version 4 did not finish: the learner is stuck", engines=stuck)
-    assert run._restart_learner(death, step=4) == 0  # no checkpoint yet: from the initial model
-    assert pool.calls == [("drop", [1, 3], True), ("sync", 0)]  # dropped first, then the others synced
+    with pytest.raises(LearnerSyncTimeout):
+        RolloutPool(fleet).sync_weights(_StuckWeights(stuck))
+    assert fleet.died == [1, 3] and list(fleet.actors) == [2]  # the restarted learner's first sync reaches engine 2 alone
+
+    run, pool, learner, transport = _run(tmp_path)
+    assert run._restart_learner(LearnerSyncTimeout("the learner is stuck", engines=stuck), step=4) == 0
+    assert pool.calls == [("sync", 0)]  # no checkpoint yet: from the initial model, the engines left synced
     assert learner.restarted_from == [None] and transport.replaced == 1 and run.weights.version == 0
 
 
