@@ -164,12 +164,11 @@ def _start_engines(
     warning = dtype_warning(cluster.device, rollout.dtype, config.learner.bf16, config.vllm_importance_sampling_correction)
     if warning:
         log.warning(warning)
-    # On CPU (and in a LoRA run) each engine loads the weights as it is admitted; on GPU one NCCL group
-    # spans every engine, so they are all admitted first and synced together.
-    together = cluster.device != "cpu" and config.lora is None
-    weights = PolicyWeights(
-        learner, _transport(config, cluster.device), policy_version, first_sync_together=together, adapter=config.lora is not None
-    )
+    # Through the object store each engine loads the weights as it is admitted; on the collective path
+    # (NCCL, gloo) one group spans every engine, so they are all admitted first and synced together.
+    transport = _transport(config, cluster.device)
+    together = transport.collective
+    weights = PolicyWeights(learner, transport, policy_version, first_sync_together=together, adapter=config.lora is not None)
     longest_prompt = max_prompt_tokens or config.max_prompt_length or 0
     model_config = json.loads(engine_files.files["config.json"])
     sized_for = (model_config, config.samples_per_step, longest_prompt + config.max_completion_length)
@@ -230,6 +229,7 @@ def _transport(config, device: str):
         config.rollout.tensor_parallel_size,
         lora=config.lora is not None,
         dtype=config.rollout.weight_dtype(device),
+        backend=config.weight_sync.backend,
     )
 
 

@@ -34,6 +34,14 @@ class WeightSyncConfig(StrictModel):
         "few buckets at a time in the object store and two in each engine's staging memory, never the whole model; "
         "larger buckets mean fewer calls per sync.",
     )
+    backend: Literal["auto", "nccl", "gloo", "object_store"] = Field(
+        "auto",
+        description="How the weights travel. auto: NCCL when the cluster has GPUs, else the object store. nccl: one "
+        "NCCL group of the learner and every engine, opened again when its members change; the bytes never touch "
+        "the host. gloo: the same collective path on CPU, with every tensor checksummed (it runs the NCCL path's "
+        "code where there is no GPU). object_store: buckets through Ray's object store, on any cluster. A LoRA run "
+        "syncs through the object store.",
+    )
 
 
 class TrainConfig(GRPOSettings):
@@ -214,6 +222,15 @@ class TrainConfig(GRPOSettings):
     # Components
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="The vLLM engine pool.")
     weight_sync: WeightSyncConfig = Field(default_factory=WeightSyncConfig, description="Learner -> engines.")
+
+    @model_validator(mode="after")
+    def _check_weight_sync(self) -> TrainConfig:
+        if self.lora is not None and self.weight_sync.backend in ("nccl", "gloo"):
+            raise ValueError(
+                f"weight_sync.backend: {self.weight_sync.backend} sends whole models, but a LoRA run sends only its "
+                "adapter after the first sync: set weight_sync.backend: auto (or object_store) with lora:"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:

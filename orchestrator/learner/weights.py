@@ -51,7 +51,7 @@ class PolicyWeights:
                 return
             # In async mode the learner may be training meanwhile: if it publishes the next policy, the
             # engine is told that version, not this one (workers/weights/object_store.py).
-            report = self.learner.sync(self.transport, {engine_id: actor}, self.version)
+            report = self.learner.sync(self.transport.for_joining(), {engine_id: actor}, self.version)
         if engine_id in report.dead:
             why = reason(report.dead[engine_id])
             raise WeightSyncError(f"engine {engine_id} did not load policy version {report.version}: {why}")

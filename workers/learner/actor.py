@@ -8,6 +8,7 @@ holds them gathered whole).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 import time
@@ -43,7 +44,6 @@ class Learner:
     def start(self) -> str:
         """Load the model (and the checkpoint to resume from), as one data-parallel rank when given;
         returns this actor's node."""
-        import logging
         import warnings
 
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -70,6 +70,7 @@ class Learner:
         self._learner = GRPOLearner(config, model, tokenizer)
         self._publication = None  # the weights being handed out to engines (workers/weights/publication.py)
         self._bucket_buffer = BucketBuffer()  # what buckets are cast into, sync after sync
+        self._nccl = None  # the collective path's sender, once a group is open (workers/weights/nccl.py)
         if resume_from is not None:
             self._learner.load_state(resume_from)
         return self.node_id()
@@ -123,26 +124,46 @@ class Learner:
         if self._publication is not None and self._publication.open:
             self._publication.keep()
 
-    # NCCL path (workers/weights/nccl.py): the learner is rank 0 of the NCCL weight-transfer group.
+    # Collective path (workers/weights/nccl.py): the learner is rank 0 of the weight-transfer group.
     def nccl_endpoint(self) -> tuple[str, int]:
         from workers.weights.nccl import rendezvous
 
         return rendezvous()
 
-    def nccl_open(self, address: str, port: int, world_size: int) -> None:
-        from workers.weights.nccl import NcclSender
+    def nccl_open(self, backend: str, address: str, port: int, world_size: int, timeout_s: float) -> None:
+        from workers.weights.nccl import CollectiveSender
 
-        self._nccl = NcclSender(address, port, world_size)
+        if self._nccl is not None:  # the group's members changed: the new group replaces it
+            self._nccl.close()
+            self._nccl = None
+        self._nccl = CollectiveSender(backend, address, port, world_size, timeout_s)
 
-    def weight_metadata(self) -> dict:
+    def weight_metadata(self, dtype: str | None = None) -> dict:
         from workers.weights.nccl import metadata
 
-        return metadata(self._learner.named_weights())
+        return metadata(self._learner.named_weights(), dtype)
 
-    def nccl_send(self, bucket_bytes: int) -> tuple[str, int]:
-        named = list(self._learner.named_weights())
-        self._nccl.send(named, bucket_bytes)
-        return "sent", sum(t.numel() * t.element_size() for _, t in named)
+    def nccl_send(self, bucket_bytes: int, dtype: str | None = None) -> tuple[str | None, int]:
+        """(checksum of what was sent, bytes); checksum None if the broadcast failed (a gloo peer died:
+        the driver replaces it and reloads the others; an NCCL broadcast blocks instead)."""
+        from workers.weights.nccl import cast
+
+        sent = 0
+
+        def counted(named):
+            nonlocal sent
+            for name, tensor in named:
+                sent += tensor.numel() * tensor.element_size()
+                yield name, tensor
+
+        try:
+            checksum = self._nccl.send(counted(cast(self._learner.named_weights(), dtype)), bucket_bytes)
+        except RuntimeError as error:  # torch.distributed's errors; the group cannot broadcast again
+            logging.getLogger(__name__).warning(f"the {self._nccl.backend} weight broadcast failed: {error}")
+            self._nccl.close()
+            self._nccl = None
+            return None, sent
+        return checksum, sent
 
     def node_id(self) -> str:
         import ray

@@ -72,7 +72,8 @@ def engine_args(
         disable_log_stats=True,
         load_format="dummy" if placeholder_weights else "auto",
         worker_extension_cls="workers.weights.vllm_worker.WeightReceiver",
-        weight_transfer_config=None if on_cpu else {"backend": "nccl"},
+        # The collective weight path (workers/weights/nccl.py): NCCL on GPU, its stand-in gloo on CPU.
+        weight_transfer_config={"backend": "gloo" if on_cpu else "nccl"},
         **({"enable_lora": True, "max_lora_rank": lora_rank, "max_loras": 1} if lora_rank else {}),
     )
 

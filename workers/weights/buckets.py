@@ -210,5 +210,11 @@ class Checksum:
             self._digest.update(f"{entry.name}|{entry.dtype}|{entry.shape}|".encode())
             self._digest.update(chunk)
 
+    def add_tensor(self, name: str, tensor) -> None:
+        """One tensor as the collective paths carry it (gloo.py): its name, dtype, shape and bytes."""
+
+        self._digest.update(f"{name}|{tensor.dtype}|{list(tensor.shape)}|".encode())
+        self._digest.update(tensor.detach().contiguous().view(-1).view(torch.uint8).cpu().numpy())
+
     def hexdigest(self) -> str:
         return self._digest.hexdigest()[:16]

@@ -1,8 +1,12 @@
-"""The weight transport for a device: the object store on CPU, vLLM's NCCL weight transfer on GPU.
+"""The weight transport for a run: `weight_sync.backend`, or for `auto` the device's.
 
-A LoRA run takes the object store on GPU too: after each engine's first load only the adapter
-travels (megabytes), the store's path verifies every engine's checksum, and it keeps no NCCL group
-to rebuild when an engine is replaced."""
+    auto           NCCL on GPU, the object store on CPU
+    nccl / gloo    the collective path (nccl.py); gloo is its CPU stand-in (gloo.py)
+    object_store   buckets through Ray's object store (object_store.py), on any cluster
+
+A LoRA run takes the object store (config/train.py refuses a collective backend with lora:): after
+each engine's first load only the adapter travels (megabytes), the store's path verifies every
+engine's checksum, and it keeps no group to rebuild when an engine is replaced."""
 
 from __future__ import annotations
 
@@ -16,12 +20,15 @@ def make_transport(
     tensor_parallel_size: int = 1,
     lora: bool = False,
     dtype: str | None = None,
+    backend: str = "auto",
 ) -> WeightTransport:
-    """`dtype`: the engines' weight dtype, if known; the object store carries the weights in it."""
-    if device == "cpu" or lora:
+    """`dtype`: the engines' weight dtype, if known; the weights travel in it."""
+    if backend == "auto":
+        backend = "object_store" if device == "cpu" or lora else "nccl"
+    if backend == "object_store":
         from workers.weights.object_store import ObjectStoreTransport
 
         return ObjectStoreTransport(timeout_s, bucket_bytes, dtype)
     from workers.weights.nccl import NcclTransport
 
-    return NcclTransport(timeout_s, bucket_bytes, tensor_parallel_size, dtype)
+    return NcclTransport(timeout_s, bucket_bytes, tensor_parallel_size, dtype, backend=backend)

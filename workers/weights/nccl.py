@@ -1,27 +1,32 @@
-"""GPU weight transport: vLLM's native NCCL weight-transfer engine, learner as rank 0.
+"""Collective weight transport: vLLM's NCCL weight-transfer engine on GPU (or gloo on CPU), learner as rank 0.
 
-    learner actor    rendezvous(), NcclSender.send(weights)     rank 0 of the group; broadcasts
-    engine actor     init_nccl / receive_nccl (receiving.py)    vLLM's receiver, pause -> load -> resume
-    driver           NcclTransport                               opens the group, one deadline per sync
+    learner actor    rendezvous(), CollectiveSender.send(weights)  rank 0 of the group; broadcasts
+    engine actor     join_nccl / receive_nccl (receiving.py)        vLLM's receiver, pause -> load -> resume
+    driver           NcclTransport                                  opens the group, one deadline per sync
 
-Shares everything else with the CPU path: the same `WeightTransport.sync` contract, deadline and
-version stamping, and the same engine-side pause -> load -> resume sequence. One NCCL group spans
-the learner (rank 0) and the engines present at the first sync (engine i with tensor parallelism t
-holds ranks 1 + i*t .. i*t + t). Only the metadata (names, dtypes, shapes) travels through Ray; the
-bytes go over NCCL, packed into double-buffered chunks by vLLM.
+`weight_sync.backend: gloo` runs this same path on CPU: the group is a gloo group on the same
+rendezvous, the engines' receiver is vLLM's NCCL engine with a gloo communicator (gloo.py), and
+every tensor is checksummed on both sides, so CI exercises the code GPU runs take.
 
-Engines that join later (replacements, `orchestrator scale`) take the object-store path, which
-works on GPUs too. Once a group member is gone the group cannot broadcast any more (NCCL needs
-every rank), so from then on every engine takes the object-store path: slower, never wrong.
+Shares everything else with the object-store path: the same `WeightTransport.sync` contract, deadline
+and version stamping, and the same engine-side pause -> load -> resume sequence. One group spans the
+learner (rank 0) and the engines of a sync (engine i with tensor parallelism t holds ranks
+1 + i*t .. i*t + t). Only the metadata (names, dtypes, shapes) travels through Ray; the bytes go over
+the collective, packed into chunks by vLLM's packing, cast to the engines' dtype first.
 
-A member that dies mid-broadcast leaves the learner's broadcast (and the other members' receives)
-blocked for good: vLLM's `PyNcclCommunicator` has no timeout, and its only way out, `destroy()`
-(ncclCommAbort), would have to be called from a second thread inside the learner actor. So the
-sync raises `LearnerSyncTimeout` at the deadline (the learner is then restarted), the group is
-given up, and the engines stuck in it stay paused until they are replaced.
+An engine admitted on its own (a replacement, `orchestrator scale`) takes its first weights through
+the object store; the next sync of every engine finds the group's members changed and opens a new
+group for them, as it does after an engine is lost or the learner is replaced.
 
-Written against vLLM 0.32's `vllm.distributed.weight_transfer` API; exercised only on machines
-with CUDA GPUs (tests marked `gpu`).
+A member that dies mid-broadcast leaves the learner's NCCL broadcast (and the other members'
+receives) blocked for good: vLLM's `PyNcclCommunicator` has no timeout, and its only way out,
+`destroy()` (ncclCommAbort), would have to be called from a second thread inside the learner actor.
+So the sync raises `LearnerSyncTimeout` at the deadline (the learner is then restarted), and the
+engines stuck in it stay paused until they are replaced. Gloo's broadcast fails instead, and the
+engines that took part in it are replaced.
+
+Written against vLLM 0.32's `vllm.distributed.weight_transfer` API; NCCL itself runs only on
+machines with CUDA GPUs (tests marked `gpu`), gloo everywhere.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from workers.weights.object_store import ObjectStoreTransport
 from workers.weights.rounds import await_round, verify
 from workers.weights.transport import SyncReport, WeightTransport
 
-UNVERIFIED = "unverified"  # the checksum an NCCL load reports: no received buffer to hash
+UNVERIFIED = "unverified"  # the checksum an NCCL load reports: vLLM's receiver hashes nothing
+OPEN_MARGIN_S = 15.0  # the driver waits this much past the rendezvous' own timeout for every rank's answer
 
 
 # Learner side (inside the learner actor).
@@ -50,17 +56,29 @@ def rendezvous() -> tuple[str, int]:
     return ray.util.get_node_ip_address(), port
 
 
-class NcclSender:
-    """Learner side (rank 0) of the NCCL group; lives inside the learner actor."""
+class CollectiveSender:
+    """Learner side (rank 0) of the weight-transfer group; lives inside the learner actor. `backend`:
+    "nccl" (vLLM's communicator on this GPU) or "gloo" (gloo.py)."""
 
-    def __init__(self, address: str, port: int, world_size: int):
-        from vllm.distributed.weight_transfer.nccl_common import trainer_init
+    def __init__(self, backend: str, address: str, port: int, world_size: int, timeout_s: float):
+        self.backend = backend
+        if backend == "gloo":
+            from workers.weights import gloo
 
-        self.group = trainer_init({"master_address": address, "master_port": port, "world_size": world_size})
+            self.group = gloo.open_group(address, port, 0, world_size, timeout_s)
+        else:
+            from vllm.distributed.weight_transfer.nccl_common import trainer_init
 
-    def send(self, named_tensors, bucket_bytes: int) -> None:
-        """Broadcast (name, tensor) pairs. A tensor elsewhere than this GPU (a sharded learner's rank 0
-        holds the gathered weights on the host) is copied to it as it is packed."""
+            self.group = trainer_init({"master_address": address, "master_port": port, "world_size": world_size})
+
+    def send(self, named_tensors, bucket_bytes: int) -> str:
+        """Broadcast (name, tensor) pairs; the checksum of what was sent (NCCL: `UNVERIFIED`). A tensor
+        elsewhere than this GPU (a sharded learner's rank 0 holds the gathered weights on the host) is
+        copied to it as it is packed."""
+        if self.backend == "gloo":
+            from workers.weights.gloo import send_packed
+
+            return send_packed(self.group, named_tensors, bucket_bytes)
         import torch
         from vllm.distributed.weight_transfer.packed_tensor import packed_nccl_broadcast_producer
 
@@ -72,95 +90,137 @@ class NcclSender:
             post_iter_func=lambda item: item[1].to(device),
             buffer_size_bytes=bucket_bytes,
         )
+        return UNVERIFIED
+
+    def close(self) -> None:
+        self.group.destroy()
 
 
-def metadata(named_tensors) -> dict:
-    """The per-round update info vLLM's NCCL receiver expects."""
+def cast(named_tensors, dtype: str | None):
+    """The weights as the engines hold them, one at a time: floating-point tensors in the engines' dtype
+    (`rollout.weight_dtype`) when it is known, so an fp32 learner sends bf16 engines half the bytes."""
+    import torch
+
+    target = getattr(torch, dtype) if dtype is not None else None
+    for name, tensor in named_tensors:
+        yield name, tensor.to(target) if target is not None and tensor.is_floating_point() else tensor
+
+
+def metadata(named_tensors, dtype: str | None = None) -> dict:
+    """The per-round update info vLLM's NCCL receiver expects, for the tensors `cast` yields."""
     names, dtypes, shapes = [], [], []
     for name, tensor in named_tensors:
         names.append(name)
-        dtypes.append(str(tensor.dtype).removeprefix("torch."))
+        sent = dtype if dtype is not None and tensor.is_floating_point() else str(tensor.dtype).removeprefix("torch.")
+        dtypes.append(sent)
         shapes.append(list(tensor.shape))
     return {"names": names, "dtype_names": dtypes, "shapes": shapes}
 
 
 # Driver side.
 class NcclTransport(WeightTransport):
-    def __init__(self, timeout_s: float, bucket_bytes: int, tensor_parallel_size: int = 1, dtype: str | None = None):
-        """`dtype`: the engines' weight dtype, if known, for the object-store fallback (NCCL sends the
-        learner's tensors as they are)."""
+    collective = True
+
+    def __init__(
+        self,
+        timeout_s: float,
+        bucket_bytes: int,
+        tensor_parallel_size: int = 1,
+        dtype: str | None = None,
+        backend: str = "nccl",
+    ):
+        """`dtype`: the engines' weight dtype, if known: the collective and the object-store fallback
+        carry the weights in it. `backend`: "nccl", or "gloo" (its CPU stand-in, gloo.py)."""
         super().__init__(timeout_s, bucket_bytes)
         self.tensor_parallel_size = tensor_parallel_size
-        self._group: tuple[int, ...] | None = None  # engine ids the NCCL group was opened for
+        self.dtype = dtype
+        self.backend = backend
+        self.label = "NCCL" if backend == "nccl" else backend  # in messages
+        self._group: tuple[int, ...] | None = None  # engine ids of the open group; None: open one at the next sync
         self._fallback = ObjectStoreTransport(timeout_s, bucket_bytes, dtype)
 
     def _open(self, learner, engines: dict[int, object], deadline: float) -> dict[int, BaseException]:
-        """Open the group for `engines`; returns the engines that failed to join (the group is then
-        unusable: NCCL needs every rank)."""
+        """Open a group for `engines`; returns the engines that failed to join (the group is then
+        unusable: a collective needs every rank). Every rank waits for the others at most the
+        rendezvous' timeout; the driver waits a margin longer, so each side's own error is what it reads."""
         # Rank 0 (the learner) binds the rendezvous, so it picks the address and port on its own node:
         # an address chosen on the driver's node cannot be bound anywhere else.
         endpoint = learner.nccl_endpoint.remote()
-        address, port = await_round("choosing the NCCL rendezvous", deadline, self.timeout_s, {}, endpoint).learner
+        address, port = await_round("choosing the weight-transfer rendezvous", deadline, self.timeout_s, {}, endpoint).learner
         world_size = 1 + len(engines) * self.tensor_parallel_size
+        join_s = max(1.0, deadline - time.monotonic() - OPEN_MARGIN_S)
+        info = {"master_address": address, "master_port": port, "world_size": world_size, "packed": True}
+        info["packed_buffer_size_bytes"] = self.bucket_bytes
+        if self.backend == "gloo":
+            info["timeout_s"] = join_s
         joins = {
-            engine_id: actor.init_nccl.remote(
-                {
-                    "master_address": address,
-                    "master_port": port,
-                    "rank_offset": 1 + index * self.tensor_parallel_size,
-                    "world_size": world_size,
-                    "packed": True,
-                    "packed_buffer_size_bytes": self.bucket_bytes,
-                }
-            )
+            engine_id: actor.init_nccl.remote({**info, "rank_offset": 1 + index * self.tensor_parallel_size})
             for index, (engine_id, actor) in enumerate(sorted(engines.items()))
         }
-        opened = learner.nccl_open.remote(address, port, world_size)
-        return await_round("opening the NCCL weight-transfer group", deadline, self.timeout_s, joins, opened).dead
+        opened = learner.nccl_open.remote(self.backend, address, port, world_size, join_s)
+        what = f"opening the {self.label} weight-transfer group"
+        return await_round(what, deadline, self.timeout_s, joins, opened).dead
 
     def learner_replaced(self) -> None:
-        """The NCCL group's rank 0 is gone, and with it the group: every engine takes the
-        object-store path from now on, as when an engine of the group is lost."""
-        self._group = ()
+        """The group's rank 0 is gone, and with it the group: the next sync opens a new one."""
+        self._group = None
 
     def sync(self, learner, engines: dict[int, object], version: int, adapter_only: bool = False) -> SyncReport:
         if adapter_only:  # factory.py gives a LoRA run the object store
-            raise ValueError("the NCCL transport sends whole models; a LoRA run syncs through the object store")
+            raise ValueError("the collective transport sends whole models; a LoRA run syncs through the object store")
         start = time.monotonic()
         deadline = start + self.timeout_s
         dead: dict[int, BaseException] = {}
+        checksum, nbytes = "", 0
         try:
-            if self._group is None:
-                dead = self._open(learner, engines, deadline)
-                self._group = () if dead else tuple(sorted(engines))
-            engines = {e: a for e, a in engines.items() if e not in dead}
-            intact = all(engine_id in engines for engine_id in self._group)
-            members = {e: a for e, a in engines.items() if intact and e in self._group}
-            nbytes = 0
+            members = self._members(learner, engines, deadline, dead)
             if members:
-                nbytes, failed = self._broadcast(learner, members, version, deadline)
+                checksum, nbytes, failed = self._broadcast(learner, members, version, deadline)
                 dead.update(failed)
                 if failed:
-                    self._group = ()  # a member is gone: the next round would wait for it forever
+                    self._group = None  # a member is gone: the next sync opens a group without it
         except Exception:
-            self._group = ()  # a rank died or the learner is stuck: the group can never broadcast again
+            self._group = None  # a rank died or the learner is stuck: this group can never broadcast again
             raise
-        others = {e: a for e, a in engines.items() if e not in members}
+        if members and not checksum:  # the broadcast failed part-way (a member died): reload the others
+            members = {}
+        others = {e: a for e, a in engines.items() if e not in members and e not in dead}
+        paths = [self.backend] if members else []
         if others:
-            loaded, _, sent, failed = self._fallback.sync_by(learner, others, version, deadline)
+            loaded, stored, sent, failed = self._fallback.sync_by(learner, others, version, deadline)
             version = version if members else loaded  # the learner's own count, if ahead (object_store.py)
-            nbytes, dead = nbytes or sent, {**dead, **failed}
-        return SyncReport(version, UNVERIFIED, nbytes, time.monotonic() - start, dead)
+            checksum, nbytes, dead = checksum or stored, nbytes or sent, {**dead, **failed}
+            paths.append("object_store")
+        return SyncReport(version, checksum, nbytes, time.monotonic() - start, dead, "+".join(paths) or self.backend)
 
-    def _broadcast(self, learner, members: dict[int, object], version: int, deadline: float) -> tuple[int, dict]:
-        """One NCCL round to the group's members: (bytes sent, members that failed)."""
-        described = learner.weight_metadata.remote()
+    def for_joining(self) -> WeightTransport:
+        """An engine admitted on its own takes its first weights through the object store; the next sync
+        of every engine opens a group that includes it."""
+        return self._fallback
+
+    def _members(self, learner, engines: dict[int, object], deadline: float, dead: dict) -> dict[int, object]:
+        """The engines this sync broadcasts to: the open group's, or a new group's when its members changed."""
+        current = tuple(sorted(engines))
+        if self._group != current:
+            self._group = None
+            failed = self._open(learner, engines, deadline)
+            dead.update(failed)
+            if failed:
+                return {}
+            self._group = current
+        return dict(engines)
+
+    def _broadcast(self, learner, members: dict[int, object], version: int, deadline: float) -> tuple[str, int, dict]:
+        """One collective round to the group's members: (checksum, bytes sent, members that failed); an
+        empty checksum if the learner's broadcast failed, when no member's load is to be trusted."""
+        described = learner.weight_metadata.remote(self.dtype)
         metadata = await_round("reading weight metadata", deadline, self.timeout_s, {}, described).learner
         receives = {engine_id: actor.receive_nccl.remote(metadata, version) for engine_id, actor in members.items()}
-        sent = learner.nccl_send.remote(self.bucket_bytes)
-        done = await_round(f"NCCL weight sync to version {version}", deadline, self.timeout_s, receives, sent)
-        _, nbytes = done.learner
-        # Engines load NCCL bytes straight into their parameters, so there is no received buffer to
-        # checksum: on this path only the policy version is verified.
-        verify(UNVERIFIED, version, done.engines)
-        return nbytes, done.dead
+        sent = learner.nccl_send.remote(self.bucket_bytes, self.dtype)
+        done = await_round(f"{self.label} weight sync to version {version}", deadline, self.timeout_s, receives, sent)
+        checksum, nbytes = done.learner
+        if checksum is None:  # the learner's broadcast failed (gloo): nothing received can be trusted
+            self._group = None
+            return "", 0, done.dead
+        verify(checksum, version, done.engines)  # NCCL: the versions alone (vLLM's receiver hashes nothing)
+        return checksum, nbytes, done.dead

@@ -41,7 +41,7 @@ class ObjectStoreTransport(WeightTransport):
     def sync(self, learner, engines: dict[int, object], version: int, adapter_only: bool = False) -> SyncReport:
         start = time.monotonic()
         version, digest, nbytes, dead = self.sync_by(learner, engines, version, start + self.timeout_s, adapter_only)
-        return SyncReport(version, digest, nbytes, time.monotonic() - start, dead)
+        return SyncReport(version, digest, nbytes, time.monotonic() - start, dead, transport="object_store")
 
     def learner_replaced(self) -> None:
         """Nothing to do: each sync asks the learner actor it is given."""

@@ -2,10 +2,11 @@
 
 Buckets fed through the object store or the staging ring (object_store.py, staging.py) are put
 together as they arrive (incoming.py) and loaded by vLLM's workers (vllm_worker.py); a LoRA run's
-adapter buckets are written where vLLM reads them and replace the adapter served (adapters.py); on GPU,
-the bytes come over NCCL through vLLM's weight-transfer engine (nccl.py). Either way generation pauses
-for the load, keeping the requests in flight, and resumes after it; a load that fails part-way never
-resumes (loading.py), and the engine then refuses to generate.
+adapter buckets are written where vLLM reads them and replace the adapter served (adapters.py); on the
+collective path the bytes come over NCCL, or its CPU stand-in gloo, through vLLM's weight-transfer
+engine (nccl.py, gloo.py). Either way generation pauses for the load, keeping the requests in flight,
+and resumes after it; a load that fails part-way never resumes (loading.py), and the engine then
+refuses to generate.
 """
 
 from __future__ import annotations
@@ -151,20 +152,25 @@ class EngineWeights:
             self._joining = False
 
     async def receive_nccl(self, metadata: dict, version: int) -> tuple[int, str]:
-        """GPU path: the same pause -> load -> resume as `load`, bytes over NCCL (a receive
-        that never completes, because a peer died mid-broadcast, keeps the engine paused)."""
+        """Collective path: the same pause -> load -> resume as `load`, bytes over NCCL or gloo (a receive
+        that never completes, because a peer died mid-broadcast, keeps the engine paused). Returns the
+        workers' checksum of what they received (gloo), or `nccl.UNVERIFIED`."""
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
 
         from workers.weights.nccl import UNVERIFIED
 
-        async def load() -> None:
+        async def load() -> str:
             await self._llm.start_weight_update()
             await self._llm.update_weights(WeightTransferUpdateRequest(update_info=metadata))
             await self._llm.finish_weight_update(weight_version=str(version))
+            checksums = set(await self._llm.collective_rpc("weight_transfer_checksum"))
+            if len(checksums) != 1:
+                raise RuntimeError(f"workers received different weights: {sorted(map(str, checksums))}")
+            return checksums.pop() or UNVERIFIED
 
-        await self.loads.load(version, load)
+        digest = await self.loads.load(version, load)
         self.policy_version = version
-        return version, UNVERIFIED
+        return version, digest
 
     def close(self) -> None:
         """Fail the loads under way (the engine is shutting down)."""

@@ -48,9 +48,16 @@ class SyncReport:
     bytes: int
     seconds: float
     dead: dict[int, BaseException] = dataclasses.field(default_factory=dict)  # engines to replace
+    transport: str = "object_store"  # the path the weights took: "nccl", "gloo", "object_store", or two joined by "+"
+
+    def figures(self) -> dict:
+        """The step's `weight_sync/*` metrics."""
+        return {"weight_sync/bytes": self.bytes, "weight_sync/checksum": self.checksum, "weight_sync/transport": self.transport}
 
 
 class WeightTransport(abc.ABC):
+    collective = False  # True: the first sync opens one group for every engine, so they join together
+
     def __init__(self, timeout_s: float, bucket_bytes: int):
         self.timeout_s = timeout_s
         self.bucket_bytes = bucket_bytes
@@ -59,6 +66,10 @@ class WeightTransport(abc.ABC):
     def sync(self, learner, engines: dict[int, object], version: int, adapter_only: bool = False) -> SyncReport:
         """Publish the `learner` actor's weights, have every engine actor load them as `version`, verify.
         `adapter_only`: a LoRA run's adapter alone (engines that already hold the base weights)."""
+
+    def for_joining(self) -> WeightTransport:
+        """The transport that gives an engine joining on its own (a replacement, a resize) its first weights."""
+        return self
 
     @abc.abstractmethod
     def learner_replaced(self) -> None:

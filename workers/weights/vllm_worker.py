@@ -1,5 +1,8 @@
 """Loaded into each vLLM worker process (`worker_extension_cls`): receive weights as they are staged.
 
+Importing it registers the gloo weight-transfer engine (gloo.py) in the worker's process, before vLLM
+builds the engine `weight_transfer_config` names.
+
 The bytes arrive a bucket at a time in the engine actor's shared-memory ring
 (workers/weights/staging.py); only the bucket headers travel through `collective_rpc`. vLLM loads
 them as they come, layer by layer, in one call. The worker's `reload_weights` (vLLM's config
@@ -10,6 +13,7 @@ backend the latter fails after start-up because linear layers are repacked when 
 from __future__ import annotations
 
 from workers.host_memory import return_freed_memory
+from workers.weights import gloo  # noqa: F401  (registers the "gloo" weight-transfer engine with vLLM in this process)
 from workers.weights.buckets import Checksum, tensors
 from workers.weights.staging import StagedStream
 
@@ -37,3 +41,8 @@ class WeightReceiver:
             stream.close()
             return_freed_memory()  # the tensors' copies, vLLM's per-layer buffers
         return digest.hexdigest()
+
+    def weight_transfer_checksum(self) -> str | None:
+        """The checksum of the last update received over the collective path (gloo.py); None from
+        vLLM's own NCCL engine, which hashes nothing."""
+        return getattr(self.weight_transfer_engine, "checksum", None)

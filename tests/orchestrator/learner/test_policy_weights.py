@@ -5,6 +5,7 @@ import threading
 import time
 
 from orchestrator.learner.weights import PolicyWeights
+from workers.weights.object_store import ObjectStoreTransport
 from workers.weights.transport import SyncReport
 
 
@@ -28,7 +29,7 @@ class _Learner:
 
 def test_a_new_engines_first_load_waits_for_the_sync_under_way():
     learner = _Learner()
-    weights = PolicyWeights(learner, transport=None, version=4)
+    weights = PolicyWeights(learner, transport=ObjectStoreTransport(timeout_s=1, bucket_bytes=1 << 20), version=4)
     training = threading.Thread(target=weights.sync, args=({0: "engine 0", 1: "engine 1"},))
     training.start()
     time.sleep(0.05)  # the training thread's sync is under way

@@ -201,7 +201,7 @@ def test_a_learner_that_never_answers_raises_learner_sync_timeout(faults):
     assert list(caught.value.engines) == [1]  # to replace along with the learner
 
 
-def test_an_engine_dying_mid_broadcast_leaves_the_learner_stuck_and_the_group_given_up(faults):
+def test_an_engine_dying_mid_broadcast_leaves_the_learner_stuck_and_the_group_opened_again(faults):
     """NCCL needs every rank: the learner's broadcast never returns once a receiver died."""
     from workers.weights.nccl import NcclTransport
     from workers.weights.transport import LearnerSyncTimeout
@@ -214,9 +214,10 @@ def test_an_engine_dying_mid_broadcast_leaves_the_learner_stuck_and_the_group_gi
     assert time.monotonic() - start < TIMEOUT_S + MARGIN_S
     assert list(caught.value.engines) == [1]
 
-    # With a restarted learner, the engines left take the object store: the group is never used again.
-    report = transport.sync(_learner(faults, nccl_send=faults.hangs()), {0: engines[0]}, version=3)
-    assert report.version == 3 and not report.dead
+    # A restarted learner opens a new group with the engines left, at its first sync.
+    transport.learner_replaced()
+    report = transport.sync(_learner(faults), {0: engines[0]}, version=3)
+    assert report.version == 3 and not report.dead and report.transport == "nccl"
 
 
 def test_on_the_nccl_path_a_failed_receiver_is_reported_dead_when_the_learner_finished(faults):
@@ -230,19 +231,24 @@ def test_on_the_nccl_path_a_failed_receiver_is_reported_dead_when_the_learner_fi
     }
     report, took = _timed(lambda: transport.sync(_learner(faults), engines, version=3))
     assert took < TIMEOUT_S + MARGIN_S
-    assert sorted(report.dead) == [1, 2]
-    report = transport.sync(_learner(faults, nccl_send=faults.hangs()), {0: engines[0]}, version=4)  # object store now
-    assert report.version == 4 and not report.dead
+    assert sorted(report.dead) == [1, 2] and report.transport == "nccl"
+    opened = []
+    learner = _learner(faults, nccl_open=faults.answers(lambda *args: opened.append(args)))
+    report = transport.sync(learner, {0: engines[0]}, version=4)  # its members changed: a new group
+    assert report.version == 4 and not report.dead and report.transport == "nccl" and len(opened) == 1
 
 
 def test_the_nccl_fallback_shares_the_syncs_deadline(faults):
     from workers.weights.nccl import NcclTransport
 
     transport = NcclTransport(TIMEOUT_S, 1 << 20)
-    transport._group = ()  # given up earlier: every engine takes the object store
-    engines = {0: _engine(faults), 1: _engine(faults, load_weights=faults.hangs())}
+    engines = {  # engine 1 fails to join the group: the others take the object store, where engine 2 hangs
+        0: _engine(faults),
+        1: _engine(faults, init_nccl=faults.raises(_load_failed())),
+        2: _engine(faults, load_weights=faults.hangs()),
+    }
     report, took = _timed(lambda: transport.sync(_learner(faults), engines, version=3))
-    assert took < TIMEOUT_S + MARGIN_S and list(report.dead) == [1]
+    assert took < TIMEOUT_S + MARGIN_S and sorted(report.dead) == [1, 2] and report.transport == "object_store"
 
 
 def test_wrong_weights_stay_an_error_for_the_run(faults):
