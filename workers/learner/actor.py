@@ -130,13 +130,18 @@ class Learner:
 
         return rendezvous()
 
-    def nccl_open(self, backend: str, address: str, port: int, world_size: int, timeout_s: float) -> None:
+    def nccl_open(self, backend: str, address: str, port: int, world_size: int, timeout_s: float) -> str | None:
+        """Open the group as rank 0; None, or why it did not open (the driver says so and falls back)."""
         from workers.weights.nccl import CollectiveSender
 
         if self._nccl is not None:  # the group's members changed: the new group replaces it
             self._nccl.close()
             self._nccl = None
-        self._nccl = CollectiveSender(backend, address, port, world_size, timeout_s)
+        try:
+            self._nccl = CollectiveSender(backend, address, port, world_size, timeout_s)
+        except Exception as error:  # torch.distributed's and NCCL's errors have no common type
+            return f"{type(error).__name__}: {error}"
+        return None
 
     def weight_metadata(self, dtype: str | None = None) -> dict:
         from workers.weights.nccl import metadata

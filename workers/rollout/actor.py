@@ -105,8 +105,8 @@ class RolloutWorker:
     def abort_weights(self, version: int) -> None:
         self._engine.weights.abort(version)
 
-    async def init_nccl(self, init_info: dict) -> None:
-        await self._engine.weights.join_nccl(init_info)
+    async def init_nccl(self, init_info: dict) -> str | None:
+        return await self._engine.weights.join_nccl(init_info)
 
     async def receive_nccl(self, metadata: dict, version: int) -> tuple[int, str]:
         return await self._engine.weights.receive_nccl(metadata, version)

@@ -31,14 +31,18 @@ machines with CUDA GPUs (tests marked `gpu`), gloo everywhere.
 
 from __future__ import annotations
 
+import logging
 import time
 
+from orchestrator.contracts.engine_death import reason
 from workers.weights.object_store import ObjectStoreTransport
 from workers.weights.rounds import await_round, verify
 from workers.weights.transport import SyncReport, WeightTransport
 
+log = logging.getLogger("orchestrator.weights")  # the driver's log (orchestrator/log.py)
 UNVERIFIED = "unverified"  # the checksum an NCCL load reports: vLLM's receiver hashes nothing
-OPEN_MARGIN_S = 15.0  # the driver waits this much past the rendezvous' own timeout for every rank's answer
+OPEN_TIMEOUT_S = 60.0  # the most a rank waits for the others at a group's opening (a quarter of the sync's deadline)
+OPEN_MARGIN_S = 15.0  # the driver waits this much past it (at most as long again) for every rank's answer
 
 
 # Learner side (inside the learner actor).
@@ -137,18 +141,19 @@ class NcclTransport(WeightTransport):
         self.backend = backend
         self.label = "NCCL" if backend == "nccl" else backend  # in messages
         self._group: tuple[int, ...] | None = None  # engine ids of the open group; None: open one at the next sync
+        self._unopened: tuple[int, ...] | None = None  # engine ids a group failed to open for
         self._fallback = ObjectStoreTransport(timeout_s, bucket_bytes, dtype)
 
-    def _open(self, learner, engines: dict[int, object], deadline: float) -> dict[int, BaseException]:
-        """Open a group for `engines`; returns the engines that failed to join (the group is then
-        unusable: a collective needs every rank). Every rank waits for the others at most the
-        rendezvous' timeout; the driver waits a margin longer, so each side's own error is what it reads."""
+    def _open(self, learner, engines: dict[int, object], deadline: float) -> tuple[bool, dict[int, BaseException]]:
+        """Open a group for `engines`: (whether it opened, the engines that did not answer in time). Every
+        rank waits for the others at most `join_s`, the driver a margin longer, so it reads each side's own
+        error; the rest of the sync's deadline is left for the weights (through the object store if this fails)."""
         # Rank 0 (the learner) binds the rendezvous, so it picks the address and port on its own node:
         # an address chosen on the driver's node cannot be bound anywhere else.
         endpoint = learner.nccl_endpoint.remote()
         address, port = await_round("choosing the weight-transfer rendezvous", deadline, self.timeout_s, {}, endpoint).learner
         world_size = 1 + len(engines) * self.tensor_parallel_size
-        join_s = max(1.0, deadline - time.monotonic() - OPEN_MARGIN_S)
+        join_s = min(OPEN_TIMEOUT_S, self.timeout_s / 4)
         info = {"master_address": address, "master_port": port, "world_size": world_size, "packed": True}
         info["packed_buffer_size_bytes"] = self.bucket_bytes
         if self.backend == "gloo":
@@ -158,8 +163,16 @@ class NcclTransport(WeightTransport):
             for index, (engine_id, actor) in enumerate(sorted(engines.items()))
         }
         opened = learner.nccl_open.remote(self.backend, address, port, world_size, join_s)
+        limit = join_s + min(OPEN_MARGIN_S, join_s)
         what = f"opening the {self.label} weight-transfer group"
-        return await_round(what, deadline, self.timeout_s, joins, opened).dead
+        done = await_round(what, min(deadline, time.monotonic() + limit), self.timeout_s, joins, opened, f"{limit:.0f}s")
+        failures = {f"engine {e}": error for e, error in sorted(done.engines.items()) if error}
+        failures.update({"the learner": done.learner} if done.learner else {})
+        failures.update({f"engine {e}": reason(error) for e, error in sorted(done.dead.items())})
+        if failures:
+            said = "; ".join(f"{who}: {error}" for who, error in failures.items())
+            log.warning(f"{what} failed ({said}); this sync goes through the object store")
+        return not failures, done.dead
 
     def learner_replaced(self) -> None:
         """The group's rank 0 is gone, and with it the group: the next sync opens a new one."""
@@ -202,10 +215,13 @@ class NcclTransport(WeightTransport):
         """The engines this sync broadcasts to: the open group's, or a new group's when its members changed."""
         current = tuple(sorted(engines))
         if self._group != current:
+            if self._unopened == current:  # it failed to open for these engines: not again until they change
+                return {}
             self._group = None
-            failed = self._open(learner, engines, deadline)
+            opened, failed = self._open(learner, engines, deadline)
             dead.update(failed)
-            if failed:
+            if not opened:
+                self._unopened = current
                 return {}
             self._group = current
         return dict(engines)

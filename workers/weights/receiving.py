@@ -16,6 +16,7 @@ import contextlib
 import time
 from pathlib import Path
 
+from orchestrator.contracts.engine_death import engine_death_types
 from workers.fences import vllm as fenced_vllm
 from workers.weights import adapters
 from workers.weights.buckets import WeightBucket, checksum
@@ -141,15 +142,21 @@ class EngineWeights:
         which on CPU was a tenth of every weight sync (workers/fences/vllm.py says why it can go)."""
         await fenced_vllm.pause_keep_requests(self._llm)
 
-    async def join_nccl(self, init_info: dict) -> None:
-        """GPU path: join the learner's NCCL weight-transfer group (blocks until all ranks join)."""
+    async def join_nccl(self, init_info: dict) -> str | None:
+        """Collective path: join the learner's weight-transfer group (blocks until all ranks join). None,
+        or why this engine could not join: it keeps its weights and serves on (the driver falls back)."""
         from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
 
         self._joining = True  # the engine process waits in the rendezvous: not wedged (see `busy`)
         try:
             await self._llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
+        except Exception as error:  # the rendezvous' and vLLM's errors have no common type
+            if isinstance(error, engine_death_types()):  # vLLM's engine died: replace it
+                raise
+            return f"{type(error).__name__}: {error}"
         finally:
             self._joining = False
+        return None
 
     async def receive_nccl(self, metadata: dict, version: int) -> tuple[int, str]:
         """Collective path: the same pause -> load -> resume as `load`, bytes over NCCL or gloo (a receive

@@ -22,9 +22,12 @@ class Round:
     dead: dict[int, BaseException]  # engines that died, failed or were late
 
 
-def await_round(what: str, deadline: float, timeout_s: float, engines: dict[int, object], learner=None) -> Round:
+def await_round(
+    what: str, deadline: float, timeout_s: float, engines: dict[int, object], learner=None, limit: str | None = None
+) -> Round:
     """Wait for one call per engine (ObjectRefs by engine id) and the learner's call (an ObjectRef or
-    None) until `deadline`. `timeout_s` is only named in the messages (weight_sync.timeout_s)."""
+    None) until `deadline`. `timeout_s` is only named in the messages (weight_sync.timeout_s), or
+    `limit` in its place when the round has a deadline of its own."""
     import ray
 
     waiting = {ref: engine_id for engine_id, ref in engines.items()}
@@ -41,7 +44,7 @@ def await_round(what: str, deadline: float, timeout_s: float, engines: dict[int,
             if not is_engine_death(error):
                 raise
             result.dead[waiting[ref]] = error
-    within = f"did not finish within weight_sync.timeout_s={timeout_s}s"
+    within = f"did not finish within {limit or f'weight_sync.timeout_s={timeout_s}s'}"
     late_engines = sorted(waiting[ref] for ref in late if ref in waiting)
     for engine_id in late_engines:
         result.dead[engine_id] = TimeoutError(f"engine {engine_id}: {what} {within}")

@@ -298,3 +298,32 @@ def test_engines_admitted_before_the_first_nccl_sync_wait_for_it(faults):
     report = weights.sync({0: engine})
     assert report.version == 3 and report.dead == {}
     weights.load_into(1, _engine(faults))  # a later engine joins by the object store as it is admitted
+
+
+def test_a_rendezvous_an_engine_never_joins_ends_at_the_open_deadline_naming_every_sides_error(faults, caplog):
+    """Engine 1 never answers; engine 0 and the learner give up waiting for it in the rendezvous. The
+    open ends at its own deadline (a quarter of the sync's, plus a margin), each side's error is said,
+    engine 1 is replaced, and the others take the object store in the same sync."""
+    import logging
+
+    from workers.weights.nccl import NcclTransport
+
+    timeout_s = 8.0  # ranks wait 2 s, the driver 4 s; the object store has the rest
+    waited = "RuntimeError: rank {} of the gloo weight-transfer group did not meet the other ranks within 2s"
+    learner = _learner(faults, nccl_open=faults.answers(waited.format(0)))
+    engines = {0: _engine(faults, init_nccl=faults.answers(waited.format(1))), 1: _engine(faults, init_nccl=faults.hangs())}
+    transport = NcclTransport(timeout_s, 1 << 20, backend="gloo")
+    with caplog.at_level(logging.WARNING, logger="orchestrator.weights"):
+        report, took = _timed(lambda: transport.sync(learner, engines, version=3))
+    assert took < timeout_s / 2 + MARGIN_S
+    assert list(report.dead) == [1] and report.transport == "object_store" and report.checksum == "c0ffee"
+    said = caplog.text
+    assert "opening the gloo weight-transfer group failed" in said
+    assert f"engine 0: {waited.format(1)}" in said and f"the learner: {waited.format(0)}" in said
+    assert "engine 1: TimeoutError: engine 1: opening the gloo weight-transfer group did not finish within 4s" in said
+
+    # The same engines again: no second wait for a group that could not open for them.
+    opened = []
+    learner = _learner(faults, nccl_open=faults.answers(lambda *args: opened.append(args)))
+    report = transport.sync(learner, {0: _engine(faults), 1: _engine(faults)}, version=4)
+    assert opened == [] and report.transport == "object_store" and not report.dead
