@@ -15,6 +15,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.judges import pools as judge_pools
 from orchestrator.learner.group import LearnerGroup
@@ -134,6 +135,7 @@ def start_training(
     scoring_cpus = reward_model_cpus + judge_pools.judge_cpus(config) + 1
     cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus * config.learner.workers + scoring_cpus)
     _check_local_torch(cluster)
+    check_weight_sync(config, cluster.device)
     config = with_learner_gpus(config, local=cluster.placement.mode == "local")  # learner.num_gpus null -> 0 or 1
     learner_cores = async_learner_cores(config, cluster)
     if learner_cores:
@@ -216,6 +218,20 @@ def _engine_files(bundle, learner: LearnerGroup, lora: bool):
     if lora:
         files[ADAPTER_CONFIG] = json.dumps(learner.adapter_config()).encode()
     return TokenizerBundle(files)
+
+
+def check_weight_sync(config, device: str) -> None:
+    """Refuse a collective backend the engines on `device` cannot receive: their vLLM holds the receiver of
+    the device's (NCCL on GPU, gloo on CPU: workers/rollout/engine.py), and NCCL needs GPUs."""
+    backend = config.weight_sync.backend
+    if backend != {"cuda": "gloo", "cpu": "nccl"}[device]:
+        return
+    why = "GPU engines receive over NCCL" if device == "cuda" else "NCCL needs GPUs, and this cluster has none"
+    fits = "nccl" if device == "cuda" else "gloo"
+    raise UserError(
+        f"weight_sync.backend: {backend} cannot run on this cluster ({why}): set weight_sync.backend to auto, {fits} "
+        "or object_store"
+    )
 
 
 def _transport(config, device: str):

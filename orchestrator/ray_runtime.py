@@ -16,6 +16,10 @@ LOCAL_HEADROOM_CPUS = 8
 # Kubernetes, where /dev/shm is memory). The raylet reads it from its environment at start: set here
 # for the local cluster (a value already set wins), and in deploy/Dockerfile for the pods.
 FREE_OBJECTS_PERIOD = ("RAY_free_objects_period_milliseconds", "20")
+# Since Ray 2.60 an actor that asks for no GPU sees every GPU of its node (Ray no longer sets
+# CUDA_VISIBLE_DEVICES to "" for it), so a CPU-side actor that touches CUDA (a reward model, vLLM's
+# platform detection) would land on GPU 0, beside an engine. This restores the empty list for them.
+GPU_HIDING = ("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "1")
 
 
 def init_ray(num_cpus: float | None = None, num_gpus: float | None = None) -> None:
@@ -40,6 +44,7 @@ def init_ray(num_cpus: float | None = None, num_gpus: float | None = None) -> No
 
 def _init(ray, num_cpus: float | None, num_gpus: float | None) -> None:
     env = {"VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"), "TOKENIZERS_PARALLELISM": "false"}
+    env[GPU_HIDING[0]] = GPU_HIDING[1]
     if os.environ.get("RAY_ADDRESS"):
         ray.init(runtime_env={"env_vars": env}, log_to_driver=True)
         return

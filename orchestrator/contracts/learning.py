@@ -71,6 +71,14 @@ class LearnerConfig(StrictModel):
         "cluster, where it gets half the node's cores and the engines the rest; on a GPU learner, what Ray gives it (num_cpus), so the "
         "engines' schedulers on the node are not starved.",
     )
+    collective_timeout_s: float = Field(
+        1800.0,
+        gt=0.0,
+        description="How long a data-parallel learner rank (learner.workers > 1) waits for the others in one "
+        "collective call, and at start for every rank to join, before the learner counts as dead (then restarted: "
+        "max_restarts). Longer than any step's work one rank does alone: in async mode rank 0 serves weight syncs "
+        "(up to weight_sync.timeout_s) while the others wait in the next collective.",
+    )
     max_restarts: int = Field(
         1,
         ge=0,

@@ -239,7 +239,7 @@ def _launch(cluster, config: GRPOSettings, model: str, tokenizer, resume_from: s
     actor, world = ray.remote(Learner), learner.workers
     return [
         actor.options(**rank_options).remote(
-            config, model, tokenizer, resume_from, DataParallelRank(rank, world, address, port, timeout_s=timeout_s)
+            config, model, tokenizer, resume_from, DataParallelRank(rank, world, address, port, learner.collective_timeout_s)
         )
         for rank, rank_options in enumerate(options)
     ], group

@@ -41,3 +41,19 @@ def test_async_engines_and_learner_on_one_cpu_node_split_its_cores(monkeypatch, 
     monkeypatch.setattr(launch, "one_cpu_node", lambda cluster: one_node)
     monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1})
     assert launch.async_learner_cores(TrainConfig(**overrides), cluster=None) == expected
+
+
+@pytest.mark.parametrize(
+    ("backend", "device", "named"),
+    [("nccl", "cpu", "NCCL needs GPUs, and this cluster has none"), ("gloo", "cuda", "GPU engines receive over NCCL")],
+)
+def test_a_weight_sync_backend_the_engines_cannot_receive_is_refused_before_anything_starts(backend, device, named):
+    from orchestrator.config.train import TrainConfig
+    from orchestrator.contracts.errors import UserError
+    from orchestrator.launch import check_weight_sync
+
+    config = TrainConfig(weight_sync={"backend": backend})
+    with pytest.raises(UserError, match=rf"weight_sync.backend: {backend} cannot run on this cluster \({named}\)"):
+        check_weight_sync(config, device)
+    for fits in ("auto", "object_store", {"cpu": "gloo", "cuda": "nccl"}[device]):
+        check_weight_sync(TrainConfig(weight_sync={"backend": fits}), device)

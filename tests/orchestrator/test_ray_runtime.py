@@ -58,3 +58,20 @@ def test_the_image_frees_objects_as_often_as_a_local_cluster():
     dockerfile = (Path(__file__).parents[2] / "deploy" / "Dockerfile").read_text(encoding="utf-8")
     name, value = FREE_OBJECTS_PERIOD
     assert re.search(rf"^\s*{name}={value}\b", dockerfile, flags=re.M), f"deploy/Dockerfile does not set {name}={value}"
+
+
+def test_an_actor_that_asks_for_no_gpu_sees_none(ray_session):
+    """Ray 2.60 leaves CUDA_VISIBLE_DEVICES alone for an actor with no GPU, which then sees every GPU of
+    its node; the runtime every command starts sets it empty again (the same on a machine without GPUs)."""
+    import os
+
+    import ray
+
+    @ray.remote(num_cpus=0, num_gpus=0)
+    class CpuSide:
+        def visible(self):
+            return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    actor = CpuSide.remote()
+    assert ray.get(actor.visible.remote()) == ""
+    ray.kill(actor)

@@ -1,7 +1,8 @@
 """A learner's checkpoint: what `train --resume` and a learner restart continue from exactly.
 
     step-N/   the model as transformers and vLLM load it (with LoRA: PEFT's adapter folder, lora.py),
-              the canonical tokenizer, and learner_state.pt: optimizer, scheduler, RNG, policy version
+              the canonical tokenizer, and learner_state.pt: optimizer, scheduler, the CPU's and every
+              visible GPU's RNG state, policy version
 
 Sharded (`learner.fsdp`), every rank calls `save` (the optimizer state is gathered) and rank 0
 writes; `load` reads the whole state on every rank (sharding.py).
@@ -29,6 +30,7 @@ def save(learner, folder: str) -> None:
         **optimizer,
         "scheduler": learner.trainer.lr_scheduler.state_dict(),
         "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,  # every visible GPU's
         "policy_version": learner.policy_version,
     }
     torch.save(state, f"{folder}/{LEARNER_STATE}")
@@ -48,6 +50,9 @@ def load(learner, folder: str) -> None:
         learner.optimizer.load_state_dict(state["optimizer"])
     learner.trainer.lr_scheduler.load_state_dict(state["scheduler"])
     torch.set_rng_state(state["torch_rng"])
+    cuda_rng = state.get("cuda_rng")  # written on GPUs; restored where as many are visible (the learner sees its own)
+    if cuda_rng is not None and torch.cuda.is_available() and len(cuda_rng) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda_rng)
     learner.policy_version = state["policy_version"]
 
 

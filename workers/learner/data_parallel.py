@@ -21,7 +21,7 @@ class DataParallelRank:
     port: int
     local_rank: int = 0
     local_world_size: int = 1
-    timeout_s: float = 600.0  # for every rank to arrive, and for each collective call after
+    timeout_s: float = 1800.0  # for every rank to arrive, and for each collective call after (learner.collective_timeout_s)
 
 
 def join(member: DataParallelRank, use_gpu: bool) -> None:

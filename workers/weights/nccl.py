@@ -12,7 +12,7 @@ Shares everything else with the object-store path: the same `WeightTransport.syn
 and version stamping, and the same engine-side pause -> load -> resume sequence. One group spans the
 learner (rank 0) and the engines of a sync (engine i with tensor parallelism t holds ranks
 1 + i*t .. i*t + t). Only the metadata (names, dtypes, shapes) travels through Ray; the bytes go over
-the collective, packed into chunks by vLLM's packing, cast to the engines' dtype first.
+the collective, packed into chunks by vLLM's packing, cast to the engines' dtype first when it is known.
 
 An engine admitted on its own (a replacement, `orchestrator scale`) takes its first weights through
 the object store; the next sync of every engine finds the group's members changed and opens a new
@@ -22,8 +22,8 @@ A member that dies mid-broadcast leaves the learner's NCCL broadcast (and the ot
 receives) blocked for good: vLLM's `PyNcclCommunicator` has no timeout, and its only way out,
 `destroy()` (ncclCommAbort), would have to be called from a second thread inside the learner actor.
 So the sync raises `LearnerSyncTimeout` at the deadline (the learner is then restarted), and the
-engines stuck in it stay paused until they are replaced. Gloo's broadcast fails instead, and the
-engines that took part in it are replaced.
+engines stuck in it stay paused until they are replaced. Gloo's broadcast fails instead: receivers
+left half-loaded are replaced, and those that had received everything reload through the object store.
 
 Written against vLLM 0.32's `vllm.distributed.weight_transfer` API; NCCL itself runs only on
 machines with CUDA GPUs (tests marked `gpu`), gloo everywhere.
@@ -195,16 +195,15 @@ class NcclTransport(WeightTransport):
         except Exception:
             self._group = None  # a rank died or the learner is stuck: this group can never broadcast again
             raise
-        if members and not checksum:  # the broadcast failed part-way (a member died): reload the others
-            members = {}
-        others = {e: a for e, a in engines.items() if e not in members and e not in dead}
-        paths = [self.backend] if members else []
-        if others:
-            loaded, stored, sent, failed = self._fallback.sync_by(learner, others, version, deadline)
-            version = version if members else loaded  # the learner's own count, if ahead (object_store.py)
-            checksum, nbytes, dead = checksum or stored, nbytes or sent, {**dead, **failed}
-            paths.append("object_store")
-        return SyncReport(version, checksum, nbytes, time.monotonic() - start, dead, "+".join(paths) or self.backend)
+        if members and checksum:
+            return SyncReport(version, checksum, nbytes, time.monotonic() - start, dead, self.backend)
+        # No group, or its broadcast failed part-way (a gloo member died): the engines left take the object store.
+        others = {e: a for e, a in engines.items() if e not in dead}
+        if not others:
+            return SyncReport(version, "", 0, time.monotonic() - start, dead, "none")
+        loaded, stored, sent, failed = self._fallback.sync_by(learner, others, version, deadline)
+        # `loaded`: the learner's own count, if it is ahead (object_store.py)
+        return SyncReport(loaded, stored, sent, time.monotonic() - start, {**dead, **failed}, "object_store")
 
     def for_joining(self) -> WeightTransport:
         """An engine admitted on its own takes its first weights through the object store; the next sync
@@ -214,6 +213,8 @@ class NcclTransport(WeightTransport):
     def _members(self, learner, engines: dict[int, object], deadline: float, dead: dict) -> dict[int, object]:
         """The engines this sync broadcasts to: the open group's, or a new group's when its members changed."""
         current = tuple(sorted(engines))
+        if not current:
+            return {}
         if self._group != current:
             if self._unopened == current:  # it failed to open for these engines: not again until they change
                 return {}

@@ -44,6 +44,7 @@ class EngineWeights:
         self._ended: set[int] = set()  # versions whose load failed or was aborted: their feeds fail at once
         self._loading = asyncio.Lock()
         self._joining = False  # in the NCCL rendezvous of `join_nccl`
+        self._joined = False  # a member of a weight-transfer group (its communicator open)
 
     @property
     def busy(self) -> bool:
@@ -149,7 +150,11 @@ class EngineWeights:
 
         self._joining = True  # the engine process waits in the rendezvous: not wedged (see `busy`)
         try:
+            if self._joined:  # vLLM's NCCL engine replaces its group without closing it: close it first
+                self._joined = False
+                await self._llm.shutdown_weight_transfer_engine()
             await self._llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
+            self._joined = True
         except Exception as error:  # the rendezvous' and vLLM's errors have no common type
             if isinstance(error, engine_death_types()):  # vLLM's engine died: replace it
                 raise

@@ -48,7 +48,7 @@ class SyncReport:
     bytes: int
     seconds: float
     dead: dict[int, BaseException] = dataclasses.field(default_factory=dict)  # engines to replace
-    transport: str = "object_store"  # the path the weights took: "nccl", "gloo", "object_store", or two joined by "+"
+    transport: str = "object_store"  # the path the weights took: "nccl", "gloo", "object_store", or "none"
 
     def figures(self) -> dict:
         """The step's `weight_sync/*` metrics."""

@@ -16,14 +16,16 @@ from tests.workers.learner.grpo_steps import grpo_steps
 GROUPS, GROUP_SIZE, TEMPERATURE = 5, 2, 1.0
 
 
-def _start(ray_session, tiny, workers: int, fsdp: bool = False, timeout_s: float = 300) -> LearnerGroup:
+def _start(
+    ray_session, tiny, workers: int, fsdp: bool = False, timeout_s: float = 300, collective_s: float = 1800
+) -> LearnerGroup:
     config = TrainConfig(
         num_generations=GROUP_SIZE,
         prompts_per_step=GROUPS,
         max_steps=4,
         learning_rate=1e-3,
         temperature=TEMPERATURE,
-        learner={"workers": workers, "fsdp": fsdp},
+        learner={"workers": workers, "fsdp": fsdp, "collective_timeout_s": collective_s},
     )
     return LearnerGroup.start(ray_session, config, str(tiny.model_dir), str(tiny.tokenizer_dir), None, timeout_s)
 
@@ -81,7 +83,7 @@ def test_a_dead_rank_is_the_learner_dying(ray_session, tiny):
 @pytest.mark.slow  # 60 s, most of it the timeout and the peers' grace
 def test_a_stopped_rank_is_the_learner_dying_once_the_collective_times_out(ray_session, tiny):
     """SIGSTOP: the rank neither answers nor dies; rank 0 waits in its first collective call until the
-    process group's timeout (the start-up timeout, 30 s here), then the learner is reported dead."""
+    process group's timeout (learner.collective_timeout_s, 30 s here), then the learner is reported dead."""
     import os
     import signal
     import time
@@ -90,7 +92,7 @@ def test_a_stopped_rank_is_the_learner_dying_once_the_collective_times_out(ray_s
     import ray
 
     ((batch, group_ids),) = grpo_steps(tiny, 1, GROUPS, GROUP_SIZE, TEMPERATURE)
-    two = _start(ray_session, tiny, 2, timeout_s=30)
+    two = _start(ray_session, tiny, 2, collective_s=30)
     stopped = ray.get(two.ranks[1].__ray_call__.remote(lambda self: os.getpid()))
     try:
         os.kill(stopped, signal.SIGSTOP)

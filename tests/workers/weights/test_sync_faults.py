@@ -327,3 +327,20 @@ def test_a_rendezvous_an_engine_never_joins_ends_at_the_open_deadline_naming_eve
     learner = _learner(faults, nccl_open=faults.answers(lambda *args: opened.append(args)))
     report = transport.sync(learner, {0: _engine(faults), 1: _engine(faults)}, version=4)
     assert opened == [] and report.transport == "object_store" and not report.dead
+
+
+def test_a_failed_gloo_broadcast_replaces_the_engines_whose_load_failed_and_reloads_the_others(faults):
+    """The learner's gloo broadcast fails when a peer dies (it answers no checksum): receivers left
+    half-loaded are replaced, and an engine that had received everything takes the weights again
+    through the object store, so nothing unverified serves."""
+    from workers.weights.nccl import NcclTransport
+
+    transport = NcclTransport(TIMEOUT_S, 1 << 20, backend="gloo")
+    reloaded = []
+    engines = {
+        0: _engine(faults, load_weights=faults.answers(lambda *args: reloaded.append(0) or (args[1], "c0ffee"))),
+        1: _engine(faults, receive_nccl=faults.raises(_load_failed())),
+    }
+    report = transport.sync(_learner(faults, nccl_send=faults.answers((None, 1234))), engines, version=3)
+    assert list(report.dead) == [1] and reloaded == [0]
+    assert report.transport == "object_store" and report.checksum == "c0ffee"
