@@ -21,6 +21,7 @@ from orchestrator.judges import pools as judge_pools
 from orchestrator.learner.group import LearnerGroup
 from orchestrator.learner.weights import PolicyWeights
 from orchestrator.log import log
+from orchestrator.placement.colocation import Colocation
 from orchestrator.rewards import models as reward_models
 from orchestrator.rewards.models import RewardModelServers
 from orchestrator.rollout.fleet import EngineFleet, one_cpu_node
@@ -64,12 +65,22 @@ def start_pool(
     sized_for: tuple[dict, int, int] | None = None,
     on_engine_ready=None,
     learner_cores: int = 0,
+    colocation: Colocation | None = None,
 ) -> RolloutPool:
     """A started pool. `sized_for` = (model config.json, samples in flight, tokens per sample) sizes
     each engine's context and, on CPU, its KV cache (`EngineFleet.size_for`); `on_engine_ready(engine_id,
-    actor)` runs before an engine serves; `learner_cores`: cores of a one-node CPU cluster left to the learner."""
+    actor)` runs before an engine serves; `learner_cores`: cores of a one-node CPU cluster left to the learner;
+    `colocation`: the GPUs the engines share with the learner workers (vllm_mode colocate)."""
     engines = EngineFleet(
-        cluster, model, tokenizer, config, seed=seed, engine_files=engine_files, launcher=launcher, learner_cores=learner_cores
+        cluster,
+        model,
+        tokenizer,
+        config,
+        seed=seed,
+        engine_files=engine_files,
+        launcher=launcher,
+        learner_cores=learner_cores,
+        colocation=colocation,
     )
     if sized_for is not None:
         engines.size_for(*sized_for)
@@ -87,6 +98,7 @@ class Components:
     tokenizer: PreTrainedTokenizerBase  # the canonical tokenizer, loaded on the driver
     reward_models: RewardModelServers | None = None  # the workers serving reward_funcs' models, if it names any
     judges: judge_pools.JudgePools | None = None  # the judges' routers and engine pools, if the run names any
+    colocation: Colocation | None = None  # vllm_mode colocate: the GPUs the learner workers share with the engines
 
     def shutdown(self) -> None:
         self.pool.shutdown()
@@ -95,6 +107,8 @@ class Components:
             self.reward_models.shutdown()
         if self.judges is not None:
             self.judges.shutdown()
+        if self.colocation is not None:
+            self.colocation.remove()
 
 
 def async_learner_cores(config, cluster) -> int:
@@ -141,24 +155,43 @@ def start_training(
     if learner_cores:
         config = config.model_copy(update={"learner": config.learner.model_copy(update={"torch_threads": learner_cores})})
     bundle = bundle_tokenizer(tokenizer)
-    learner = LearnerGroup.start(cluster, config, model, bundle, resume_from, rollout.startup_timeout_s)
+    colocation = None
+    if config.vllm_mode == "colocate" and cluster.device == "cuda":  # placement/colocation.py
+        colocation = Colocation.reserve(cluster.placement, config, rollout.startup_timeout_s)
+    try:
+        learner = LearnerGroup.start(cluster, config, model, bundle, resume_from, rollout.startup_timeout_s, colocation)
+    except BaseException:
+        if colocation is not None:
+            colocation.remove()
+        raise
     scorers = judges = None
     try:
         scorers = reward_models.RewardModelServers.start(config, rollout.startup_timeout_s)
         contexts = judge_pools.check(config, max_prompt_tokens or config.max_prompt_length or 0)
         judges = judge_pools.JudgePools.start(config, cluster, contexts)
-        components = _start_engines(config, cluster, tokenizer, bundle, learner, learner_cores, policy_version, max_prompt_tokens)
+        started = (config, cluster, tokenizer, bundle, learner, learner_cores, colocation)
+        components = _start_engines(*started, policy_version, max_prompt_tokens)
     except BaseException:  # nothing started is left running: the driver may go on (tests, bench) or stop
         learner.shutdown()
         for started in (scorers, judges):
             if started is not None:
                 started.shutdown()
+        if colocation is not None:
+            colocation.remove()
         raise
     return dataclasses.replace(components, reward_models=scorers, judges=judges)
 
 
 def _start_engines(
-    config, cluster, tokenizer, bundle, learner, learner_cores: int, policy_version: int, max_prompt_tokens: int | None
+    config,
+    cluster,
+    tokenizer,
+    bundle,
+    learner,
+    learner_cores: int,
+    colocation: Colocation | None,
+    policy_version: int,
+    max_prompt_tokens: int | None,
 ) -> Components:
     """The pool on the learner's weights (the second half of `start_training`)."""
     rollout = config.rollout
@@ -168,7 +201,7 @@ def _start_engines(
         log.warning(warning)
     # Through the object store each engine loads the weights as it is admitted; on the collective path
     # (NCCL, gloo) one group spans every engine, so they are all admitted first and synced together.
-    transport = _transport(config, cluster.device)
+    transport = _transport(config, cluster.device, colocated=colocation is not None)
     together = transport.collective
     weights = PolicyWeights(learner, transport, policy_version, first_sync_together=together, adapter=config.lora is not None)
     longest_prompt = max_prompt_tokens or config.max_prompt_length or 0
@@ -184,6 +217,7 @@ def _start_engines(
         sized_for=sized_for,
         on_engine_ready=weights.load_into,
         learner_cores=learner_cores,
+        colocation=colocation,
     )
     if together:
         try:
@@ -191,7 +225,7 @@ def _start_engines(
         except BaseException:
             pool.shutdown()
             raise
-    return Components(learner=learner, pool=pool, weights=weights, tokenizer=tokenizer)
+    return Components(learner=learner, pool=pool, weights=weights, tokenizer=tokenizer, colocation=colocation)
 
 
 def _check_local_torch(cluster) -> None:
@@ -234,10 +268,12 @@ def check_weight_sync(config, device: str) -> None:
     )
 
 
-def _transport(config, device: str):
-    """How the learner's weights reach the engines on `device` (workers/weights/factory.py)."""
+def _transport(config, device: str, colocated: bool = False):
+    """How the learner's weights reach the engines on `device` (workers/weights/factory.py). Colocated,
+    `auto` is the object store: NCCL cannot put the learner and an engine on one GPU."""
     from workers.weights.factory import make_transport
 
+    backend = "object_store" if colocated and config.weight_sync.backend == "auto" else config.weight_sync.backend
     return make_transport(
         device,
         config.weight_sync.timeout_s,
@@ -245,7 +281,7 @@ def _transport(config, device: str):
         config.rollout.tensor_parallel_size,
         lora=config.lora is not None,
         dtype=config.rollout.weight_dtype(device),
-        backend=config.weight_sync.backend,
+        backend=backend,
     )
 
 

@@ -222,6 +222,40 @@ class TrainConfig(GRPOSettings):
     # Components
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="The vLLM engine pool.")
     weight_sync: WeightSyncConfig = Field(default_factory=WeightSyncConfig, description="Learner -> engines.")
+    # Where the engines run on GPUs (TRL's names; orchestrator/placement/colocation.py)
+    vllm_mode: Literal["server", "colocate"] | None = Field(
+        None,
+        description="GPU clusters only. server: every engine on GPUs of its own, beside the learner's "
+        "(rollout.engines x rollout.tensor_parallel_size GPUs more). colocate: each learner worker shares its GPU "
+        "with one engine (TRL's colocate mode): rollout.engines equals learner.workers, the engine takes "
+        "vllm_gpu_memory_utilization of the GPU's memory and the learner the rest, and weights sync through the "
+        "object store. null: colocate on a one-node cluster with fewer GPUs than server mode needs, else server.",
+    )
+    vllm_gpu_memory_utilization: float = Field(
+        0.3,
+        gt=0.0,
+        lt=1.0,
+        description="vllm_mode colocate: the share of its GPU an engine takes (vLLM's gpu_memory_utilization: weights "
+        "and KV cache); the learner trains in the rest. Ray schedules the pair by the same split.",
+    )
+
+    @model_validator(mode="after")
+    def _check_colocation(self) -> TrainConfig:
+        if self.vllm_mode != "colocate":
+            return self
+        rollout = self.rollout
+        if rollout.autoscale is not None or rollout.engines != self.learner.workers or rollout.tensor_parallel_size != 1:
+            raise ValueError(
+                f"vllm_mode: colocate puts one engine on each learner worker's GPU: set rollout.engines to learner.workers "
+                f"({self.learner.workers}; got {rollout.engines}), rollout.tensor_parallel_size to 1 (got "
+                f"{rollout.tensor_parallel_size}) and no rollout.autoscale, or vllm_mode: server"
+            )
+        if self.weight_sync.backend in ("nccl", "gloo"):
+            raise ValueError(
+                f"weight_sync.backend: {self.weight_sync.backend} needs a rank per GPU, but vllm_mode: colocate puts the "
+                "learner and an engine on one: set weight_sync.backend to auto or object_store"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_weight_sync(self) -> TrainConfig:

@@ -30,7 +30,7 @@ class LearnerGroup:
     def __init__(self, ranks: list, placement_group=None, start_args: tuple | None = None, sharded: bool = False):
         self.ranks = ranks  # Ray actor handles of workers.learner.actor.Learner, by data-parallel rank
         self._placement_group = placement_group
-        self._start_args = start_args  # (cluster, config, model, tokenizer, resume_from, timeout_s)
+        self._start_args = start_args  # (cluster, config, model, tokenizer, resume_from, timeout_s, colocation)
         self._sharded = sharded  # learner.fsdp: every rank takes part in a save
         self._node_ids: list[str | None] = [None] * len(ranks)
         self._oom_before: dict[str, dict[str, int] | None] = {}
@@ -49,10 +49,12 @@ class LearnerGroup:
         tokenizer: str | TokenizerBundle,
         resume_from: str | None,
         timeout_s: float,
+        colocation=None,
     ) -> LearnerGroup:
         """Place and start the learner and wait until it has loaded the model; waits up to
-        `timeout_s` for a learner node with room."""
-        start_args = (cluster, config, model, tokenizer, resume_from, timeout_s)
+        `timeout_s` for a learner node with room. `colocation`: the GPUs it shares with the engines
+        (placement/colocation.py); its ranks take its bundles, restarted ones too."""
+        start_args = (cluster, config, model, tokenizer, resume_from, timeout_s, colocation)
         group = cls(*_launch(*start_args), start_args=start_args, sharded=config.learner.fsdp)
         group._watch()
         return group
@@ -60,13 +62,13 @@ class LearnerGroup:
     def restart(self, checkpoint: str | None) -> None:
         """Replace the learner by a new one loaded from `checkpoint` (a checkpoint folder: weights,
         optimizer, scheduler, RNG; None: the model the run started from)."""
-        cluster, config, model, tokenizer, resume_from, timeout_s = self._start_args
+        cluster, config, model, tokenizer, resume_from, timeout_s, colocation = self._start_args
         if checkpoint is not None:  # the canonical tokenizer stays what the run started with
             resume_from = checkpoint
             if config.lora is None:  # a LoRA checkpoint holds the adapter: the base model stays the run's
                 model = checkpoint
         self.shutdown()
-        self.ranks, self._placement_group = _launch(cluster, config, model, tokenizer, resume_from, timeout_s)
+        self.ranks, self._placement_group = _launch(cluster, config, model, tokenizer, resume_from, timeout_s, colocation)
         self._node_ids = [None] * len(self.ranks)
         self._watch()
 
@@ -220,9 +222,10 @@ class LearnerGroup:
             self._placement_group = None
 
 
-def _launch(cluster, config: GRPOSettings, model: str, tokenizer, resume_from: str | None, timeout_s: float):
-    """(the learner actors by rank, their placement group), placed on learner nodes. Several ranks meet
-    at an address and port chosen on rank 0's node before any of them starts."""
+def _launch(cluster, config: GRPOSettings, model: str, tokenizer, resume_from: str | None, timeout_s: float, colocation):
+    """(the learner actors by rank, their placement group: None where it is not theirs), placed on learner
+    nodes, or in the colocation's bundles. Several ranks meet at an address and port chosen on rank 0's
+    node before any of them starts."""
     import ray
 
     from workers.learner.actor import Learner
@@ -230,16 +233,27 @@ def _launch(cluster, config: GRPOSettings, model: str, tokenizer, resume_from: s
     from workers.weights.nccl import rendezvous
 
     learner = config.learner
-    if learner.workers == 1:
+    if colocation is not None:  # the run's group: a restart takes the same bundles, the engines keep theirs
+        options, group = [colocation.learner_options(rank) for rank in range(learner.workers)], None
+    elif learner.workers == 1:
         options, group = cluster.placement.actor_options(LEARNER_ROLE, learner.num_cpus, learner.num_gpus, timeout_s)
-        return [ray.remote(Learner).options(**options).remote(config, model, tokenizer, resume_from)], group
-    options, group = cluster.placement.gang_options(LEARNER_ROLE, learner.num_cpus, learner.num_gpus, learner.workers, timeout_s)
+        options = [options]
+    else:
+        options, group = cluster.placement.gang_options(
+            LEARNER_ROLE, learner.num_cpus, learner.num_gpus, learner.workers, timeout_s
+        )
+    if learner.workers == 1:
+        return [ray.remote(Learner).options(**options[0]).remote(config, model, tokenizer, resume_from)], group
     on_rank_0 = {key: value for key, value in options[0].items() if key == "scheduling_strategy"}
     address, port = ray.get(ray.remote(rendezvous).options(num_cpus=0, **on_rank_0).remote(), timeout=timeout_s)
     actor, world = ray.remote(Learner), learner.workers
     return [
         actor.options(**rank_options).remote(
-            config, model, tokenizer, resume_from, DataParallelRank(rank, world, address, port, learner.collective_timeout_s)
+            config,
+            model,
+            tokenizer,
+            resume_from,
+            DataParallelRank(rank, world, address, port, timeout_s=learner.collective_timeout_s),
         )
         for rank, rank_options in enumerate(options)
     ], group

@@ -4,8 +4,10 @@
 so the same config (the embedded default included) trains on a laptop and on a GPU machine. The
 device of the weight sync follows the cluster (NCCL when it has GPUs), and NCCL sends from the
 learner's GPU: an explicit `num_gpus: 0` on a GPU cluster is refused instead of failing at the first
-sync. On one node (local placement) the GPUs the run needs are counted before anything starts: NCCL
-cannot put two ranks (the learner and an engine) on the same GPU, so the learner cannot share one.
+sync. On one node (local placement) the GPUs the run needs are counted before anything starts: in
+`vllm_mode: server` NCCL cannot put two ranks (the learner and an engine) on the same GPU, so the
+learner cannot share one; `vllm_mode: colocate` puts an engine on each learner worker's GPU
+(colocation.py), and `vllm_mode: null` picks it on one node whose GPUs server mode does not fit.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from orchestrator.contracts.errors import UserError
 
 
 def learner_gpus(config: TrainConfig, cluster_gpus: float, local: bool) -> int:
-    """The learner's GPU count for a cluster with `cluster_gpus` GPUs; `local`: one node, no labels."""
+    """The learner's GPU count for a cluster with `cluster_gpus` GPUs; `local`: one node, no labels.
+    `config.vllm_mode` is decided (`decide_vllm_mode`)."""
     configured = config.learner.num_gpus
     if configured is None:
         gpus = 1 if cluster_gpus > 0 else 0
@@ -27,22 +30,51 @@ def learner_gpus(config: TrainConfig, cluster_gpus: float, local: bool) -> int:
         )
     else:
         gpus = configured
-    rollout = config.rollout
-    engine_gpus = rollout.reserved_gpus() if cluster_gpus > 0 else 0
-    judge_gpus = sum(judge.pool.reserved_gpus() for judge in config.judges.values()) if cluster_gpus > 0 else 0
-    learner_total = gpus * config.learner.workers
+    needed = gpus_needed(config, gpus, cluster_gpus)
     # Across nodes the autoscaler may still add GPU nodes; on one node what is there is all there is.
-    if local and learner_total + engine_gpus + judge_gpus > cluster_gpus:
-        judges = f" plus the judges' engines ({judge_gpus}: judges.<name>.pool.engines)" if judge_gpus else ""
-        raise UserError(
-            f"this machine has {cluster_gpus:g} GPUs but the run needs {learner_total + engine_gpus + judge_gpus}: "
-            f"{'rollout.autoscale.max_engines' if rollout.autoscale else 'rollout.engines'} ({rollout.most_engines()}) x "
-            f"rollout.tensor_parallel_size ({rollout.tensor_parallel_size}) for "
-            f"the engines plus learner.num_gpus ({gpus}) x learner.workers ({config.learner.workers}){judges}; the "
-            "learner cannot share an engine's GPU (NCCL needs one GPU per rank), so lower rollout.engines or use a "
-            "machine with more GPUs"
-        )
+    if local and needed > cluster_gpus:
+        raise UserError(f"this machine has {cluster_gpus:g} GPUs but the run needs {needed}: {_what_needs(config, gpus)}")
     return gpus
+
+
+def gpus_needed(config: TrainConfig, learner_gpus: int, cluster_gpus: float) -> int:
+    """The GPUs the run takes: the learner's, the engines' unless they share the learner's (colocate),
+    and the judges' engines'."""
+    if cluster_gpus <= 0:
+        return learner_gpus * config.learner.workers
+    engines = 0 if config.vllm_mode == "colocate" else config.rollout.reserved_gpus()
+    judges = sum(judge.pool.reserved_gpus() for judge in config.judges.values())
+    return learner_gpus * config.learner.workers + engines + judges
+
+
+def _what_needs(config: TrainConfig, gpus: int) -> str:
+    rollout, learner = config.rollout, config.learner
+    judge_gpus = sum(judge.pool.reserved_gpus() for judge in config.judges.values())
+    judges = f" plus the judges' engines ({judge_gpus}: judges.<name>.pool.engines)" if judge_gpus else ""
+    if config.vllm_mode == "colocate":
+        return f"learner.num_gpus ({gpus}) x learner.workers ({learner.workers}), each shared with an engine{judges}"
+    return (
+        f"{'rollout.autoscale.max_engines' if rollout.autoscale else 'rollout.engines'} ({rollout.most_engines()}) x "
+        f"rollout.tensor_parallel_size ({rollout.tensor_parallel_size}) for the engines plus learner.num_gpus ({gpus}) x "
+        f"learner.workers ({learner.workers}){judges}; the learner cannot share an engine's GPU in vllm_mode: server "
+        "(NCCL needs one GPU per rank): set vllm_mode: colocate (each learner worker's GPU holds an engine too), "
+        "lower rollout.engines or use a machine with more GPUs"
+    )
+
+
+def decide_vllm_mode(config: TrainConfig, cluster_gpus: float, local: bool) -> TrainConfig:
+    """`config` with `vllm_mode` decided: as set, or (null) colocate where server mode does not fit one
+    node's GPUs and colocation can run the config, else server. CPU clusters: as set (it is unused)."""
+    if config.vllm_mode is not None or cluster_gpus <= 0:
+        return config
+    server = config.model_copy(update={"vllm_mode": "server"})
+    learner = config.learner.num_gpus if config.learner.num_gpus is not None else 1
+    if not local or gpus_needed(server, learner, cluster_gpus) <= cluster_gpus:
+        return server
+    try:
+        return TrainConfig.model_validate({**config.model_dump(), "vllm_mode": "colocate"})
+    except ValueError:  # the config cannot colocate (several engines per learner worker, nccl...): server's refusal says why
+        return server
 
 
 def check_torch_build(cluster_gpus: float, torch_version: str, torch_cuda: str | None, where: str) -> None:
@@ -57,8 +89,10 @@ def check_torch_build(cluster_gpus: float, torch_version: str, torch_cuda: str |
 
 
 def with_learner_gpus(config: TrainConfig, local: bool) -> TrainConfig:
-    """`config` with `learner.num_gpus` decided for the Ray cluster this process is connected to."""
+    """`config` with `vllm_mode` and `learner.num_gpus` decided for the Ray cluster this process is connected to."""
     import ray
 
-    gpus = learner_gpus(config, ray.cluster_resources().get("GPU", 0), local)
+    cluster_gpus = ray.cluster_resources().get("GPU", 0)
+    config = decide_vllm_mode(config, cluster_gpus, local)
+    gpus = learner_gpus(config, cluster_gpus, local)
     return config.model_copy(update={"learner": config.learner.model_copy(update={"num_gpus": gpus})})

@@ -66,7 +66,7 @@ class Placement:
             strategy="STRICT_PACK" if count == 1 else "PACK",
             bundle_label_selector=None if selector is None else [selector] * count,
         )
-        if timeout_s is not None and not _ready(group, timeout_s):
+        if timeout_s is not None and not ready(group, timeout_s):
             ray.util.remove_placement_group(group)
             wanted = f"{bundle}" if count == 1 else f"{count} x {bundle}"
             raise UserError(
@@ -85,7 +85,8 @@ class Placement:
         ], group
 
 
-def _ready(group, timeout_s: float) -> bool:
+def ready(group, timeout_s: float) -> bool:
+    """Whether the placement group was reserved within `timeout_s`."""
     import ray
 
     ready, _ = ray.wait([group.ready()], timeout=timeout_s)

@@ -71,6 +71,7 @@ class EngineFleet:
         launcher: EngineLauncher | None = None,
         learner_cores: int = 0,
         name: str | None = None,
+        colocation=None,
     ):
         """`cluster` is where engines go (orchestrator.launch.Cluster: placement and device).
         `tokenizer` is the canonical tokenizer object; `model` a path or name, or None when the
@@ -80,7 +81,8 @@ class EngineFleet:
         `launcher` starts the engines (default: one vLLM `RolloutWorker` actor each). `learner_cores`: on a
         one-node CPU cluster, the node's last cores kept for a learner that trains while engines generate.
         `name`: the engines are Ray actors named `<name>-engine-<id>` (a judge's pool names its engines
-        after the judge); None: unnamed."""
+        after the judge); None: unnamed. `colocation` (vllm_mode colocate; placement/colocation.py): each
+        engine takes a free slot, the GPU of a learner worker, and a replacement the slot its engine left."""
         self.cluster = cluster
         self.model = model
         self.launcher = launcher or ActorLauncher()
@@ -98,6 +100,8 @@ class EngineFleet:
         self._next_id = 0
         self._bundle_ref = None
         self._groups: dict[int, object] = {}  # engine id -> its placement group (None locally)
+        self.colocation = colocation
+        self._slots: dict[int, int] = {}  # colocated: engine id -> the colocation bundle it sits in
         self.draining: set[int] = set()  # engines that take no new groups and stop once idle
         self.stopping: dict[int, _Stopping] = {}  # engines out of service, closing their vLLM engine
         self._leftovers: dict[int, object] = {}  # engine id -> what killing it leaves on its node (launcher.leftovers)
@@ -146,13 +150,9 @@ class EngineFleet:
     def add_engine(self) -> int:
         """Start one more engine in the background; it serves once ready and synced."""
         engine_id, self._next_id = self._next_id, self._next_id + 1
-        gpus = self.config.tensor_parallel_size if self.cluster.device == "cuda" else 0
-        # Never block here (a replacement must not stall generation): an engine that finds no node
-        # misses its start deadline and the pool goes on without it.
-        options, self._groups[engine_id] = self.cluster.placement.actor_options(
-            ROLLOUT_ROLE, self.config.num_cpus_per_engine, gpus, None
-        )
-        config = self.config
+        options, config = self._placed(engine_id), self.config
+        if self.colocation is not None:  # vLLM takes its share of the GPU's memory, the learner the rest
+            config = config.model_copy(update={"gpu_memory_utilization": self.colocation.share})
         if self._cores is not None:
             config = config.model_copy(update={"cpu_threads_bind": self._cores.take(engine_id)})
         if self.name is not None:
@@ -163,6 +163,25 @@ class EngineFleet:
         deadline = time.monotonic() + self.config.startup_timeout_s
         self.starting[engine_id] = _Starting(actor, actor.start.remote(), deadline)
         return engine_id
+
+    def _placed(self, engine_id: int) -> dict:
+        """The new engine's actor options: its own placement group (kept in `_groups`), or a free slot of
+        the colocation. Never blocks (a replacement must not stall generation): an engine that finds no
+        node misses its start deadline and the pool goes on without it."""
+        if self.colocation is None:
+            gpus = self.config.tensor_parallel_size if self.cluster.device == "cuda" else 0
+            options, self._groups[engine_id] = self.cluster.placement.actor_options(
+                ROLLOUT_ROLE, self.config.num_cpus_per_engine, gpus, None
+            )
+            return options
+        free = sorted(set(range(self.colocation.slots)) - set(self._slots.values()))
+        if not free:
+            raise UserError(
+                f"vllm_mode: colocate has room for {self.colocation.slots} engine(s), one per learner worker's GPU; "
+                "more engines need vllm_mode: server"
+            )
+        self._slots[engine_id] = free[0]
+        return self.colocation.engine_options(free[0])
 
     def admit_ready(self, block: bool, strict: bool = False) -> list[int]:
         """Admit engines that finished starting. `block` waits until one is admitted (with `strict`,
@@ -284,6 +303,12 @@ class EngineFleet:
         engines stop taking groups, finish the groups they hold, and stop."""
         if engines < 1:
             raise UserError(f"a pool needs at least 1 engine, asked for {engines}")
+        if self.colocation is not None and engines > self.colocation.slots:
+            log.warning(
+                f"asked for {engines} engines, but vllm_mode: colocate has room for {self.colocation.slots}, one per "
+                "learner worker's GPU; keeping that many"
+            )
+            engines = self.colocation.slots
         self.draining &= set(self.actors)
         serving = sorted(set(self.actors) - self.draining)
         for _ in range(engines - len(serving) - len(self.starting)):
@@ -310,6 +335,7 @@ class EngineFleet:
         self.nodes.pop(engine_id, None)
         if self._cores is not None:  # it generates no more: an engine started meanwhile may take its cores
             self._cores.free(engine_id)
+        self._slots.pop(engine_id, None)  # colocated: a replacement takes its bundle (Ray starts it once this one is gone)
         self.stopping[engine_id] = _Stopping(actor, actor.shutdown.remote(), time.monotonic() + STOP_TIMEOUT_S)
 
     def finish_stops(self, timeout_s: float) -> None:
@@ -337,6 +363,7 @@ class EngineFleet:
         group = self._groups.pop(engine_id, None)
         if group is not None:
             ray.util.remove_placement_group(group)
+        self._slots.pop(engine_id, None)  # colocated: its slot takes the next engine
         if self._cores is not None:
             self._cores.free(engine_id)
         self._clean_up_after(engine_id)

@@ -37,8 +37,8 @@ def test_one_machine_without_enough_gpus_for_learner_and_engines_fails_before_st
     ):
         learner_gpus(config, cluster_gpus=4, local=True)
     assert learner_gpus(config, cluster_gpus=5, local=True) == 1
-    with pytest.raises(UserError, match="has 1 GPUs but the run needs 2"):  # one GPU: the learner cannot share it
-        learner_gpus(TrainConfig(), cluster_gpus=1, local=True)
+    with pytest.raises(UserError, match="has 1 GPUs but the run needs 2"):  # server mode: the learner cannot share it
+        learner_gpus(TrainConfig(vllm_mode="server"), cluster_gpus=1, local=True)
     with pytest.raises(UserError, match="has 0 GPUs but the run needs 1"):
         learner_gpus(TrainConfig(learner={"num_gpus": 1}), cluster_gpus=0, local=True)
 
@@ -76,3 +76,32 @@ def test_a_learner_given_a_gpu_it_cannot_see_refuses_to_train_on_the_cpu(tiny):
     config = TrainConfig(learner={"num_gpus": 1})
     with pytest.raises(UserError, match=r"learner.num_gpus is 1 but torch .* sees no GPU here .*NVIDIA driver"):
         GRPOLearner(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
+
+
+def test_one_gpu_runs_the_default_config_colocated_and_a_server_run_that_does_not_fit_is_told_to_colocate():
+    from orchestrator.placement.gpus import decide_vllm_mode
+
+    colocated = decide_vllm_mode(TrainConfig(), cluster_gpus=1, local=True)
+    assert colocated.vllm_mode == "colocate" and learner_gpus(colocated, cluster_gpus=1, local=True) == 1
+    assert decide_vllm_mode(TrainConfig(), cluster_gpus=2, local=True).vllm_mode == "server"  # it fits: engines of their own
+    assert decide_vllm_mode(TrainConfig(), cluster_gpus=1, local=False).vllm_mode == "server"  # a cluster may grow
+    assert decide_vllm_mode(TrainConfig(), cluster_gpus=0, local=True).vllm_mode is None  # CPU: unused
+    with pytest.raises(UserError, match=r"has 1 GPUs but the run needs 2: .*set vllm_mode: colocate"):
+        learner_gpus(TrainConfig(vllm_mode="server"), cluster_gpus=1, local=True)
+    two_engines = decide_vllm_mode(TrainConfig(rollout={"engines": 2}), cluster_gpus=1, local=True)
+    assert two_engines.vllm_mode == "server"  # it cannot colocate (an engine per learner worker): the refusal says why
+    with pytest.raises(UserError, match="has 1 GPUs but the run needs 3"):
+        learner_gpus(two_engines, cluster_gpus=1, local=True)
+
+
+def test_colocation_takes_an_engine_per_learner_worker_and_a_sync_it_can_run_naming_the_keys():
+    from pydantic import ValidationError
+
+    with pytest.raises(
+        ValidationError, match=r"vllm_mode: colocate puts one engine on each learner worker's GPU: set rollout.engines"
+    ):
+        TrainConfig(vllm_mode="colocate", rollout={"engines": 2})
+    with pytest.raises(ValidationError, match=r"weight_sync.backend: nccl needs a rank per GPU"):
+        TrainConfig(vllm_mode="colocate", weight_sync={"backend": "nccl"})
+    config = TrainConfig(vllm_mode="colocate", learner={"workers": 2}, rollout={"engines": 2})
+    assert learner_gpus(config, cluster_gpus=2, local=True) == 1  # two GPUs, each a learner worker and an engine
