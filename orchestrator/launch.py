@@ -40,14 +40,17 @@ class Cluster:
     device: str  # "cuda" if the cluster has GPUs, else "cpu"
 
 
-def connect(num_cpus: float, num_gpus: float | None = None) -> Cluster:
-    """Join or start Ray (a local cluster advertises at least `num_cpus`, and `num_gpus` GPUs when given),
-    and read where actors go."""
+def connect(num_cpus: float, num_gpus: float | None = None, device: str = "auto") -> Cluster:
+    """Join or start Ray (a local cluster advertises at least `num_cpus`, and `num_gpus` GPUs when given;
+    none for `device` cpu), and read where actors go. `device` (a run's `device`): auto is cuda when the
+    cluster has GPUs now."""
     from orchestrator.placement.placement import detect
     from orchestrator.ray_runtime import cluster_gpus, init_ray
 
-    init_ray(num_cpus=num_cpus, num_gpus=num_gpus)
-    return Cluster(placement=detect(), device="cuda" if cluster_gpus() else "cpu")
+    init_ray(num_cpus=num_cpus, num_gpus=0 if device == "cpu" else num_gpus)
+    if device == "auto":
+        device = "cuda" if cluster_gpus() else "cpu"
+    return Cluster(placement=detect(), device=device)
 
 
 def rollout_cpus(config: RolloutConfig) -> float:
@@ -147,10 +150,12 @@ def start_training(
     reward_model_cpus = config.reward_models.num_cpus * config.reward_models.workers if reward_models.models(config) else 0
     # +1: reward tasks
     scoring_cpus = reward_model_cpus + judge_pools.judge_cpus(config) + 1
-    cluster = connect(rollout_cpus(rollout) + config.learner.num_cpus * config.learner.workers + scoring_cpus)
+    cluster = connect(
+        rollout_cpus(rollout) + config.learner.num_cpus * config.learner.workers + scoring_cpus, device=config.device
+    )
     _check_local_torch(cluster)
     check_weight_sync(config, cluster.device)
-    config = with_learner_gpus(config, local=cluster.placement.mode == "local")  # learner.num_gpus null -> 0 or 1
+    config = with_learner_gpus(config, cluster.placement.mode == "local", cluster.device)  # learner.num_gpus null -> 0 or 1
     learner_cores = async_learner_cores(config, cluster)
     if learner_cores:
         config = config.model_copy(update={"learner": config.learner.model_copy(update={"torch_threads": learner_cores})})

@@ -222,6 +222,12 @@ class TrainConfig(GRPOSettings):
     # Components
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="The vLLM engine pool.")
     weight_sync: WeightSyncConfig = Field(default_factory=WeightSyncConfig, description="Learner -> engines.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="Where the learner and the engines run. auto: on GPUs when the Ray cluster has GPUs as the run "
+        "starts, else on CPUs. cuda: on GPUs even if none has joined the cluster yet (KubeRay GPU pods still "
+        "starting): the actors wait for them up to rollout.startup_timeout_s. cpu: on CPUs even where there are GPUs.",
+    )
     # Where the engines run on GPUs (TRL's names; orchestrator/placement/colocation.py)
     vllm_mode: Literal["server", "colocate"] | None = Field(
         None,

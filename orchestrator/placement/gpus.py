@@ -88,11 +88,16 @@ def check_torch_build(cluster_gpus: float, torch_version: str, torch_cuda: str |
         )
 
 
-def with_learner_gpus(config: TrainConfig, local: bool) -> TrainConfig:
-    """`config` with `vllm_mode` and `learner.num_gpus` decided for the Ray cluster this process is connected to."""
+def with_learner_gpus(config: TrainConfig, local: bool, device: str = "cuda") -> TrainConfig:
+    """`config` with `vllm_mode` and `learner.num_gpus` decided for the Ray cluster this process is connected to,
+    on `device`: cpu counts no GPU; cuda on a cluster of several nodes counts GPUs still to join (`device: cuda`)."""
     import ray
 
-    cluster_gpus = ray.cluster_resources().get("GPU", 0)
+    cluster_gpus = ray.cluster_resources().get("GPU", 0) if device == "cuda" else 0
+    if device == "cuda" and cluster_gpus == 0:
+        if local:
+            raise UserError("device is cuda but Ray sees no GPU on this machine: set device: auto or cpu, or check the driver")
+        cluster_gpus = float("inf")  # GPU nodes still to join: the placement deadline decides
     config = decide_vllm_mode(config, cluster_gpus, local)
     gpus = learner_gpus(config, cluster_gpus, local)
     return config.model_copy(update={"learner": config.learner.model_copy(update={"num_gpus": gpus})})

@@ -105,3 +105,17 @@ def test_colocation_takes_an_engine_per_learner_worker_and_a_sync_it_can_run_nam
         TrainConfig(vllm_mode="colocate", weight_sync={"backend": "nccl"})
     config = TrainConfig(vllm_mode="colocate", learner={"workers": 2}, rollout={"engines": 2})
     assert learner_gpus(config, cluster_gpus=2, local=True) == 1  # two GPUs, each a learner worker and an engine
+
+
+def test_device_cuda_waits_for_gpus_still_to_join_a_cluster_and_device_cpu_takes_none(ray_session):
+    """KubeRay GPU pods may register after the run starts: `device: cuda` keeps the GPU plan on a cluster
+    of several nodes (the actors wait for the GPUs), and on one machine says what is missing."""
+    from orchestrator.placement.gpus import with_learner_gpus
+
+    assert ray_session.device == "cpu"  # the suite's Ray has no GPU
+    waiting = with_learner_gpus(TrainConfig(device="cuda"), local=False, device="cuda")
+    assert waiting.learner.num_gpus == 1 and waiting.vllm_mode == "server"
+    with pytest.raises(UserError, match="device is cuda but Ray sees no GPU on this machine: set device: auto or cpu"):
+        with_learner_gpus(TrainConfig(device="cuda"), local=True, device="cuda")
+    on_cpu = with_learner_gpus(TrainConfig(device="cpu"), local=True, device="cpu")
+    assert on_cpu.learner.num_gpus == 0 and on_cpu.vllm_mode is None
