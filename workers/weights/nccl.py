@@ -121,6 +121,20 @@ def metadata(named_tensors, dtype: str | None = None) -> dict:
     return {"names": names, "dtype_names": dtypes, "shapes": shapes}
 
 
+def chunk_bytes(metadata: dict, bucket_bytes: int) -> int:
+    """A group's packed chunk: `weight_sync.bucket_mb`, or the largest tensor if it is larger, so that no
+    tensor is packed alone past the buffer (vLLM then warns and copies it once more: a 1B model's
+    embedding is 0.6 GB against 64 MB buckets)."""
+    import math
+
+    import torch
+
+    sizes = [
+        math.prod(shape) * getattr(torch, dtype).itemsize for dtype, shape in zip(metadata["dtype_names"], metadata["shapes"])
+    ]
+    return max([bucket_bytes, *sizes])
+
+
 # Driver side.
 class NcclTransport(WeightTransport):
     collective = True
@@ -142,6 +156,7 @@ class NcclTransport(WeightTransport):
         self.label = "NCCL" if backend == "nccl" else backend  # in messages
         self._group: tuple[int, ...] | None = None  # engine ids of the open group; None: open one at the next sync
         self._unopened: tuple[int, ...] | None = None  # engine ids a group failed to open for
+        self._chunk_bytes = bucket_bytes  # the open group's packed chunk (`chunk_bytes`)
         self._fallback = ObjectStoreTransport(timeout_s, bucket_bytes, dtype)
 
     def _open(self, learner, engines: dict[int, object], deadline: float) -> tuple[bool, dict[int, BaseException]]:
@@ -152,10 +167,14 @@ class NcclTransport(WeightTransport):
         # an address chosen on the driver's node cannot be bound anywhere else.
         endpoint = learner.nccl_endpoint.remote()
         address, port = await_round("choosing the weight-transfer rendezvous", deadline, self.timeout_s, {}, endpoint).learner
+        described = learner.weight_metadata.remote(self.dtype)
+        self._chunk_bytes = chunk_bytes(
+            await_round("reading weight metadata", deadline, self.timeout_s, {}, described).learner, self.bucket_bytes
+        )
         world_size = 1 + len(engines) * self.tensor_parallel_size
         join_s = min(OPEN_TIMEOUT_S, self.timeout_s / 4)
         info = {"master_address": address, "master_port": port, "world_size": world_size, "packed": True}
-        info["packed_buffer_size_bytes"] = self.bucket_bytes
+        info["packed_buffer_size_bytes"] = self._chunk_bytes
         if self.backend == "gloo":
             info["timeout_s"] = join_s
         joins = {
@@ -233,7 +252,7 @@ class NcclTransport(WeightTransport):
         described = learner.weight_metadata.remote(self.dtype)
         metadata = await_round("reading weight metadata", deadline, self.timeout_s, {}, described).learner
         receives = {engine_id: actor.receive_nccl.remote(metadata, version) for engine_id, actor in members.items()}
-        sent = learner.nccl_send.remote(self.bucket_bytes, self.dtype)
+        sent = learner.nccl_send.remote(self._chunk_bytes, self.dtype)
         done = await_round(f"{self.label} weight sync to version {version}", deadline, self.timeout_s, receives, sent)
         checksum, nbytes = done.learner
         if checksum is None:  # the learner's broadcast failed (gloo): nothing received can be trusted

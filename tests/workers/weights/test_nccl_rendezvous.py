@@ -29,7 +29,8 @@ class _Handle:
 def test_engines_and_learner_meet_where_the_learner_listens(ray_session):
     from workers.weights.nccl import NcclTransport
 
-    learner = _Handle(nccl_endpoint=("10.1.2.3", 29517))  # the learner's node, not this one
+    described = {"names": ["embed", "head.bias"], "dtype_names": ["bfloat16", "float32"], "shapes": [[1024, 1024], [8]]}
+    learner = _Handle(nccl_endpoint=("10.1.2.3", 29517), weight_metadata=described)  # the learner's node, not this one
     engines = {0: _Handle(), 1: _Handle()}
     NcclTransport(timeout_s=30, bucket_bytes=1 << 20, tensor_parallel_size=2)._open(learner, engines, deadline=10**12)
     opened = [args for name, args in learner.calls if name == "nccl_open"]
@@ -39,6 +40,8 @@ def test_engines_and_learner_meet_where_the_learner_listens(ray_session):
         ("10.1.2.3", 29517, 1, 5),
         ("10.1.2.3", 29517, 3, 5),
     ]
+    # The packed chunk holds the largest tensor (2 MB of bf16) rather than the 1 MB bucket: none is packed alone past it.
+    assert {j["packed_buffer_size_bytes"] for j in joins} == {2 << 20}
 
 
 def test_the_learners_endpoint_is_free_on_its_own_node(ray_session):

@@ -87,7 +87,7 @@ def _learner(faults, **overrides):
         "published_checksum": faults.answers("c0ffee"),
         "nccl_endpoint": faults.answers(("127.0.0.1", 29500)),
         "nccl_open": faults.answers(None),
-        "weight_metadata": faults.answers({}),
+        "weight_metadata": faults.answers({"names": ["w"], "dtype_names": ["float32"], "shapes": [[4]]}),
         "nccl_send": faults.answers(("unverified", 1234)),
     }
     return _Handle(**{**behaviours, **overrides})
