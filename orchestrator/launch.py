@@ -21,7 +21,7 @@ from orchestrator.judges import pools as judge_pools
 from orchestrator.learner.group import LearnerGroup
 from orchestrator.learner.weights import PolicyWeights
 from orchestrator.log import log
-from orchestrator.placement.colocation import Colocation
+from orchestrator.placement.colocation import Colocation, learner_within_its_share
 from orchestrator.rewards import models as reward_models
 from orchestrator.rewards.models import RewardModelServers
 from orchestrator.rollout.fleet import EngineFleet, one_cpu_node
@@ -162,6 +162,7 @@ def start_training(
     bundle = bundle_tokenizer(tokenizer)
     colocation = None
     if config.vllm_mode == "colocate" and cluster.device == "cuda":  # placement/colocation.py
+        config = learner_within_its_share(config)
         colocation = Colocation.reserve(cluster.placement, config, rollout.startup_timeout_s)
     try:
         learner = LearnerGroup.start(cluster, config, model, bundle, resume_from, rollout.startup_timeout_s, colocation)

@@ -37,7 +37,6 @@ TRL_SAME_NAME = frozenset(
 TRL_OTHER_NAME = {
     "learner.bf16": "bf16",
     "rollout.max_model_len": "vllm_max_model_length",
-    "rollout.gpu_memory_utilization": "vllm_gpu_memory_utilization",
     "rollout.tensor_parallel_size": "vllm_tensor_parallel_size",
 }
 # Sections whose keys are all named as in another library's config (the test checks them too).

@@ -239,10 +239,12 @@ class TrainConfig(GRPOSettings):
     )
     vllm_gpu_memory_utilization: float = Field(
         0.3,
-        gt=0.0,
-        lt=1.0,
+        ge=0.05,
+        le=0.95,
         description="vllm_mode colocate: the share of its GPU an engine takes (vLLM's gpu_memory_utilization: weights "
-        "and KV cache); the learner trains in the rest. Ray schedules the pair by the same split.",
+        "and KV cache; rollout.gpu_memory_utilization is then unused); the learner's allocator is capped at the rest "
+        "less 5% (learner.max_gpu_memory_fraction) and Ray schedules the pair by the same split. Checked on any "
+        "device, unused on CPU.",
     )
 
     @model_validator(mode="after")

@@ -71,6 +71,15 @@ class LearnerConfig(StrictModel):
         "cluster, where it gets half the node's cores and the engines the rest; on a GPU learner, what Ray gives it (num_cpus), so the "
         "engines' schedulers on the node are not starved.",
     )
+    max_gpu_memory_fraction: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="The share of its GPU's memory the learner's torch allocator may hold "
+        "(torch.cuda.set_per_process_memory_fraction); it then also returns its cached blocks after every step. "
+        "null: no cap, except in vllm_mode colocate: 1 - vllm_gpu_memory_utilization - 0.05, so the engine beside "
+        "it (a replacement too) finds its share free.",
+    )
     collective_timeout_s: float = Field(
         1800.0,
         gt=0.0,

@@ -22,6 +22,18 @@ from orchestrator.placement.labels import LEARNER_ROLE
 from orchestrator.placement.placement import Placement, ready
 
 GPU_SHARE_DIGITS = 4  # Ray's resolution for fractional resources
+CONTEXT_MARGIN = 0.05  # of a colocated GPU, left out of the learner's cap: the two processes' CUDA contexts
+
+
+def learner_within_its_share(config):
+    """`config` (vllm_mode colocate) with the learner's allocator capped below the engine's share, unless
+    `learner.max_gpu_memory_fraction` is set: vLLM starts only if its share of the GPU is free, and the
+    learner's cache would otherwise keep its peak from the first step on, so a replacement engine could
+    never start."""
+    if config.learner.max_gpu_memory_fraction is not None:
+        return config
+    cap = round(1 - config.vllm_gpu_memory_utilization - CONTEXT_MARGIN, GPU_SHARE_DIGITS)
+    return config.model_copy(update={"learner": config.learner.model_copy(update={"max_gpu_memory_fraction": cap})})
 
 
 @dataclasses.dataclass

@@ -57,9 +57,26 @@ def _what_needs(config: TrainConfig, gpus: int) -> str:
         f"{'rollout.autoscale.max_engines' if rollout.autoscale else 'rollout.engines'} ({rollout.most_engines()}) x "
         f"rollout.tensor_parallel_size ({rollout.tensor_parallel_size}) for the engines plus learner.num_gpus ({gpus}) x "
         f"learner.workers ({learner.workers}){judges}; the learner cannot share an engine's GPU in vllm_mode: server "
-        "(NCCL needs one GPU per rank): set vllm_mode: colocate (each learner worker's GPU holds an engine too), "
-        "lower rollout.engines or use a machine with more GPUs"
+        f"(NCCL needs one GPU per rank): {_colocate_advice(config)}lower rollout.engines or use a machine with more GPUs"
     )
+
+
+def _colocate_advice(config: TrainConfig) -> str:
+    """What to say of vllm_mode: colocate to a server-mode run that does not fit."""
+    colocated = _colocated(config)
+    if isinstance(colocated, TrainConfig):
+        return "set vllm_mode: colocate (each learner worker's GPU holds an engine too), "
+    return f"vllm_mode: colocate does not fit this config either ({colocated}); "
+
+
+def _colocated(config: TrainConfig) -> TrainConfig | str:
+    """`config` in vllm_mode colocate, or why it cannot be (the validator's words)."""
+    from pydantic import ValidationError
+
+    try:
+        return TrainConfig.model_validate({**config.model_dump(), "vllm_mode": "colocate"})
+    except ValidationError as error:
+        return error.errors()[0]["msg"].removeprefix("Value error, ")
 
 
 def decide_vllm_mode(config: TrainConfig, cluster_gpus: float, local: bool) -> TrainConfig:
@@ -71,10 +88,8 @@ def decide_vllm_mode(config: TrainConfig, cluster_gpus: float, local: bool) -> T
     learner = config.learner.num_gpus if config.learner.num_gpus is not None else 1
     if not local or gpus_needed(server, learner, cluster_gpus) <= cluster_gpus:
         return server
-    try:
-        return TrainConfig.model_validate({**config.model_dump(), "vllm_mode": "colocate"})
-    except ValueError:  # the config cannot colocate (several engines per learner worker, nccl...): server's refusal says why
-        return server
+    colocated = _colocated(config)  # or why not (several engines per learner worker, nccl...): server's refusal says it
+    return colocated if isinstance(colocated, TrainConfig) else server
 
 
 def check_torch_build(cluster_gpus: float, torch_version: str, torch_cuda: str | None, where: str) -> None:

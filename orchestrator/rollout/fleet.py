@@ -205,12 +205,22 @@ class EngineFleet:
                     self._fail_or_warn(
                         strict,
                         f"engine {engine_id} did not start within rollout.startup_timeout_s={self.config.startup_timeout_s}s "
-                        f"(placement: {self.cluster.placement.mode}; is a node with {ROLE_LABEL}={ROLLOUT_ROLE} (or the "
-                        f"{ROLLOUT_RESOURCE} resource) and free resources up?)",
+                        f"({self._where_engines_go()})",
                     )
             if not block or (admitted and not strict):
                 break
         return admitted
+
+    def _where_engines_go(self) -> str:
+        if self.colocation is not None:
+            return (
+                f"vllm_mode: colocate; its learner worker's GPU must have vllm_gpu_memory_utilization ({self.colocation.share}) "
+                "of its memory free"
+            )
+        return (
+            f"placement: {self.cluster.placement.mode}; is a node with {ROLE_LABEL}={ROLLOUT_ROLE} (or the "
+            f"{ROLLOUT_RESOURCE} resource) and free resources up?"
+        )
 
     def _admit(self, engine_id: int, entry: _Starting, strict: bool) -> bool:
         import ray
@@ -281,7 +291,7 @@ class EngineFleet:
         and a replacement starts now, which Ray places on a node not draining. Returns those drained now."""
         from orchestrator.placement.placement import draining_nodes
 
-        if not self.nodes:  # simulated engines, or none started yet
+        if not self.nodes or self.colocation is not None:  # colocated: the learner's node goes too (loop.py moves it)
             return []
         leaving = draining_nodes()
         drained = [e for e, node in self.nodes.items() if node in leaving and e in self.actors and e not in self.draining]
@@ -310,6 +320,9 @@ class EngineFleet:
             )
             engines = self.colocation.slots
         self.draining &= set(self.actors)
+        if self.colocation is not None:  # a colocated slot is not free until its engine stops: keep draining ones first
+            while self.draining and len(set(self.actors) - self.draining) + len(self.starting) < engines:
+                self.draining.discard(min(self.draining))
         serving = sorted(set(self.actors) - self.draining)
         for _ in range(engines - len(serving) - len(self.starting)):
             self.add_engine()

@@ -60,6 +60,9 @@ class Learner:
         threads = torch_threads(config.learner, len(os.sched_getaffinity(0)), gpu)
         if threads is not None:
             torch.set_num_threads(threads)
+        self._capped = gpu and config.learner.max_gpu_memory_fraction is not None
+        if self._capped:  # colocated: the engine beside it needs its share free (placement/colocation.py)
+            torch.cuda.set_per_process_memory_fraction(config.learner.max_gpu_memory_fraction)
         if rank is not None:  # before the trainer exists: accelerate must find the group open
             from workers.learner.data_parallel import join
 
@@ -88,6 +91,8 @@ class Learner:
         with self._collective():
             metrics = self._learner.train_step(batch)
         return_freed_memory()  # the step's gradients and activations: the engines load and generate next
+        if self._capped:
+            torch.cuda.empty_cache()  # the cached blocks go back: an engine beside it may start meanwhile
         return metrics
 
     # Object-store path (workers/weights/object_store.py).

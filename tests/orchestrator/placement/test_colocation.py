@@ -84,3 +84,14 @@ def test_a_colocated_learner_and_engine_share_one_gpu_in_one_bundle(tiny):
     assert result["slot"] == 0 and "room for 1 engine(s), one per learner worker's GPU" in result["second"]
     assert result["replacement"]["slot"] == 0 and result["replacement"]["where"]["gpus"] == [0]
     assert "no learner node can host 2 x" in result["two"] and "vllm_mode: colocate" in result["two"]
+
+
+def test_a_colocated_learner_is_capped_below_its_engines_share_unless_told_otherwise():
+    """vLLM starts only where its share of the GPU is free: the learner's allocator stays out of it, so a
+    replacement engine can start after the learner has trained."""
+    from orchestrator.config.train import TrainConfig
+    from orchestrator.placement.colocation import learner_within_its_share
+
+    assert learner_within_its_share(TrainConfig(vllm_mode="colocate")).learner.max_gpu_memory_fraction == 0.65
+    chosen = TrainConfig(vllm_mode="colocate", vllm_gpu_memory_utilization=0.5, learner={"max_gpu_memory_fraction": 0.4})
+    assert learner_within_its_share(chosen).learner.max_gpu_memory_fraction == 0.4

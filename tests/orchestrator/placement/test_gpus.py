@@ -90,7 +90,9 @@ def test_one_gpu_runs_the_default_config_colocated_and_a_server_run_that_does_no
         learner_gpus(TrainConfig(vllm_mode="server"), cluster_gpus=1, local=True)
     two_engines = decide_vllm_mode(TrainConfig(rollout={"engines": 2}), cluster_gpus=1, local=True)
     assert two_engines.vllm_mode == "server"  # it cannot colocate (an engine per learner worker): the refusal says why
-    with pytest.raises(UserError, match="has 1 GPUs but the run needs 3"):
+    with pytest.raises(
+        UserError, match=r"needs 3: .*vllm_mode: colocate does not fit this config either \(.*set rollout.engines"
+    ):
         learner_gpus(two_engines, cluster_gpus=1, local=True)
 
 
