@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 @dataclasses.dataclass(frozen=True)
 class Cluster:
     placement: Placement  # which nodes and resources each role's actors ask for
-    device: str  # "cuda" if the cluster has GPUs, else "cpu"
+    device: str  # "cuda" or "cpu": the run's `device`, or for auto whether the cluster has GPUs
 
 
 def connect(num_cpus: float, num_gpus: float | None = None, device: str = "auto") -> Cluster:

@@ -36,7 +36,8 @@ class WeightSyncConfig(StrictModel):
     )
     backend: Literal["auto", "nccl", "gloo", "object_store"] = Field(
         "auto",
-        description="How the weights travel. auto: NCCL when the cluster has GPUs, else the object store. nccl: one "
+        description="How the weights travel. auto: NCCL on GPUs (device), the object store on CPUs and in "
+        "vllm_mode colocate. nccl: one "
         "NCCL group of the learner and every engine, opened again when its members change; the bytes never touch "
         "the host. gloo: the same collective path on CPU, with every tensor checksummed (it runs the NCCL path's "
         "code where there is no GPU). object_store: buckets through Ray's object store, on any cluster. A LoRA run "
@@ -240,7 +241,7 @@ class TrainConfig(GRPOSettings):
     vllm_gpu_memory_utilization: float = Field(
         0.3,
         ge=0.05,
-        le=0.95,
+        le=0.9,
         description="vllm_mode colocate: the share of its GPU an engine takes (vLLM's gpu_memory_utilization: weights "
         "and KV cache; rollout.gpu_memory_utilization is then unused); the learner's allocator is capped at the rest "
         "less 5% (learner.max_gpu_memory_fraction) and Ray schedules the pair by the same split. Checked on any "

@@ -31,8 +31,7 @@ class LearnerConfig(StrictModel):
         ge=0,
         le=1,
         description="GPUs for each learner worker: 0 or 1 (more GPUs are more workers: learner.workers). null: 1 "
-        "when the Ray cluster has GPUs, else 0. 0 on a cluster with GPUs is an error (weights reach GPU engines "
-        "over NCCL from the learner's GPU).",
+        "when the run is on GPUs (device), else 0. 0 in a run on GPUs is an error (device: cpu runs on CPUs).",
     )
     fsdp: bool = Field(
         False,

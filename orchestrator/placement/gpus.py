@@ -1,10 +1,9 @@
 """How many GPUs the learner gets, decided once the cluster is known.
 
-`learner.num_gpus: null` (the default) means one GPU when the cluster has GPUs and none otherwise,
-so the same config (the embedded default included) trains on a laptop and on a GPU machine. The
-device of the weight sync follows the cluster (NCCL when it has GPUs), and NCCL sends from the
-learner's GPU: an explicit `num_gpus: 0` on a GPU cluster is refused instead of failing at the first
-sync. On one node (local placement) the GPUs the run needs are counted before anything starts: in
+`learner.num_gpus: null` (the default) means one GPU when the run is on GPUs (`device`: auto is
+whether the cluster has GPUs) and none otherwise, so the same config (the embedded default
+included) trains on a laptop and on a GPU machine; an explicit `num_gpus: 0` in a run on GPUs is
+refused instead of failing at the first sync. On one node (local placement) the GPUs the run needs are counted before anything starts: in
 `vllm_mode: server` NCCL cannot put two ranks (the learner and an engine) on the same GPU, so the
 learner cannot share one; `vllm_mode: colocate` puts an engine on each learner worker's GPU
 (colocation.py), and `vllm_mode: null` picks it on one node whose GPUs server mode does not fit.
@@ -23,10 +22,10 @@ def learner_gpus(config: TrainConfig, cluster_gpus: float, local: bool) -> int:
     if configured is None:
         gpus = 1 if cluster_gpus > 0 else 0
     elif configured == 0 and cluster_gpus > 0:
+        have = "GPU nodes still to join" if cluster_gpus == float("inf") else f"{cluster_gpus:g} GPUs"
         raise UserError(
-            f"learner.num_gpus is 0 but the cluster has {cluster_gpus:g} GPUs: weights reach GPU engines over "
-            "NCCL from the learner's GPU, so the learner needs one; set learner.num_gpus to 1 or to null "
-            "(one GPU whenever the cluster has GPUs)"
+            f"learner.num_gpus is 0 but the cluster has {have}: a run on GPUs trains on a GPU (and sends its weights "
+            "from it); set learner.num_gpus to 1 or to null (one GPU whenever the run is on GPUs), or device: cpu"
         )
     else:
         gpus = configured

@@ -2,9 +2,9 @@
 group of their own (`reward_models:`), which reward tasks call.
 
     check(config, conversational)          # preflight: every model loadable as TRL loads it, its tokenizer fit
-    servers = RewardModelServers.start(config)  # None when reward_funcs names no model
-    functions.score(..., reward_models=group.handles)   # in a reward task: the model's scores for its samples
-    group.shutdown()
+    servers = RewardModelServers.start(config, timeout_s)  # None when reward_funcs names no model
+    functions.score(..., reward_models=servers.workers)  # in a reward task: the model's scores for its samples
+    servers.shutdown()
 
 The workers run on nodes labelled `role=reward` when the cluster has any (`ray start --labels
 role=reward`), otherwise wherever Ray finds `reward_models.num_cpus`/`num_gpus` free: never in the

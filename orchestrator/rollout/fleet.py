@@ -1,7 +1,7 @@
 """`EngineFleet`: the rollout engines' lifecycle. Start, admit, replace, resize, drain, stop.
 
 Every engine is a Ray actor (or a simulated stand-in) started by a launcher (launcher.py) in its
-own placement group. An engine is *admitted*, and only then serves, once the fingerprint of the
+own placement group, or colocated in a learner worker's bundle (placement/colocation.py). An engine is *admitted*, and only then serves, once the fingerprint of the
 tokenizer its vLLM loaded equals the canonical one and `on_engine_ready` (the training loop: load
 the current weights) has run. A dead engine is dropped and replaced in the background, up to
 `rollout.max_restarts`; resizing adds engines or drains the newest ones, which finish their groups
@@ -291,7 +291,7 @@ class EngineFleet:
         and a replacement starts now, which Ray places on a node not draining. Returns those drained now."""
         from orchestrator.placement.placement import draining_nodes
 
-        if not self.nodes or self.colocation is not None:  # colocated: the learner's node goes too (loop.py moves it)
+        if not self.nodes or self.colocation is not None:  # colocated: the pair's bundle goes with its node (loop.py)
             return []
         leaving = draining_nodes()
         drained = [e for e, node in self.nodes.items() if node in leaving and e in self.actors and e not in self.draining]

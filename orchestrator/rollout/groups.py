@@ -1,5 +1,5 @@
-"""Groups on the driver: a prompt list becomes one group per prompt (`generate`), and results are
-assembled back in request order with every group's shape checked (both commands).
+"""Groups on the driver: prompts become one group each (`make_groups`, for every command), and
+results are assembled back in request order with every group's shape checked.
 
 Identity is never the prompt text. A group's id is its prompt's position in the list or stream, so
 two identical prompts are two groups, each with its own `num_generations` samples, and a sample is

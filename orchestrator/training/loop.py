@@ -171,9 +171,12 @@ class GRPORun:
         """A learner whose node Ray is draining (a preemption notice, `ray drain-node`) is moved before
         the node goes: checkpointed now (unless this step just did), then started again from that
         checkpoint on a node not draining, the learner-restart path with nothing to run again. Not
-        counted against learner.max_restarts."""
+        counted against learner.max_restarts. A colocated learner is not moved: its bundle holds its engine's
+        GPU too, and goes with the node (Ray places the group again; the learner then restarts as a dead one)."""
         from orchestrator.placement.placement import draining_nodes
 
+        if self.components.colocation is not None:
+            return
         leaving = draining_nodes()
         nodes = [node for node in self.components.learner.node_ids() if node in leaving] if leaving else []
         if not nodes:

@@ -1,4 +1,4 @@
-"""Weight sync through Ray's object store: the CPU path, and the fallback on any cluster.
+"""Weight sync through Ray's object store: CPU and colocated runs, and the fallback on any cluster.
 
     learner actor    publish_weights, weight_bucket(i)   a bucket at a time, views of its weights
                                                           (workers/weights/publication.py)

@@ -1,11 +1,11 @@
-"""How weights get from the learner into every engine: one small interface, one implementation per device.
+"""How weights get from the learner into every engine: one small interface, one implementation per path.
 
     transport = make_transport(device, timeout_s, bucket_bytes, lora=...)   # factory.py
     report = transport.sync(learner, engines, version)           # every engine holds `version`, or is in report.dead
     transport.sync(learner, engines, version, adapter_only=True)  # a LoRA run's steps: the adapter alone
 
-`ObjectStoreTransport` (object_store.py; CPU, and the fallback on any cluster) and `NcclTransport`
-(nccl.py; GPU) each hold, in one file, the learner's sending side, the engines' receiving side and
+`ObjectStoreTransport` (object_store.py; CPU, colocated GPUs, and the fallback on any cluster) and
+`NcclTransport` (nccl.py; NCCL on GPUs, gloo as its CPU stand-in) each hold, in one file, the learner's sending side, the engines' receiving side and
 the driver's coordinator. Both end every sync by one deadline (rounds.py), and the driver never waits
 past it:
 

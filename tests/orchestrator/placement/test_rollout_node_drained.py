@@ -1,7 +1,7 @@
 """A rollout node that Ray drains mid-run (`ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION`, what a
 spot instance's preemption notice becomes), on a multi-node cluster (`ray.cluster_utils.Cluster`: real
 raylets on this machine, labelled as in the README). Within a second the run stops giving the node's
-engine groups, takes back its queued ones, and starts a replacement on the other rollout node, before
+engine any group, takes back its queued ones, and starts a replacement on the other rollout node, before
 the node goes; the node is then killed at its deadline. Every step finishes, every group is trained on
 once, and the drained engine is not counted as a death.
 

@@ -75,26 +75,26 @@ def _score(config, group, requests, results) -> dict:
 def test_a_step_is_scored_by_the_workers_and_a_worker_killed_mid_batch_rescores_it(ray_session):
     rm = str(short_preferring_reward_model())
     config = _config(rm, reward_weights=[0.0, 1.0], reward_models={"workers": 2, "num_cpus": 0})
-    group = models.RewardModelServers.start(config, timeout_s=120)
+    servers = models.RewardModelServers.start(config, timeout_s=120)
     try:
         prompt = "Q: what is apple ? A:"
         requests, results = _groups(prompt, [[" apple", " <search> apple </search>"], [" a b c d e f g h", " x"]])
-        scores = _score(config, group, requests, results)
+        scores = _score(config, servers, requests, results)
         expected = _expected(rm, [prompt + s.completion for result in results for s in result.samples])
         assert scores["rewards/model"] == pytest.approx(expected, abs=1e-4)
         assert scores["reward"] == pytest.approx(expected, abs=1e-4)  # weights 0 and 1
 
         completions = [" a", " b", " c", " d"]
-        pending = group.workers[0].score.remote(rm, [prompt] * 4, completions)
-        ray.kill(group.workers[0], no_restart=False)  # dies with the call in flight; Ray restarts it
+        pending = servers.workers[0].score.remote(rm, [prompt] * 4, completions)
+        ray.kill(servers.workers[0], no_restart=False)  # dies with the call in flight; Ray restarts it
         assert ray.get(pending, timeout=120) == pytest.approx(_expected(rm, [prompt + c for c in completions]), abs=1e-4)
-        assert _score(config, group, requests, results)["rewards/model"] == pytest.approx(expected, abs=1e-4)
+        assert _score(config, servers, requests, results)["rewards/model"] == pytest.approx(expected, abs=1e-4)
 
-        ray.kill(group.workers[1], no_restart=True)  # gone for good: the run stops, whatever reward_error_score says
+        ray.kill(servers.workers[1], no_restart=True)  # gone for good: the run stops, whatever reward_error_score says
         with pytest.raises(RewardModelLostError, match=r"reward model '.*model': a worker died past reward_models.max_restarts"):
-            _score(config.model_copy(update={"reward_error_score": -1.0}), group, requests, results)
+            _score(config.model_copy(update={"reward_error_score": -1.0}), servers, requests, results)
     finally:
-        group.shutdown()
+        servers.shutdown()
 
 
 def _expected(rm: str, texts: list[str]) -> list[float]:
