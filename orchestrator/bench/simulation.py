@@ -39,14 +39,16 @@ def workload(prompts: int, num_generations: int, max_tokens: int, seed: int = 0)
     from orchestrator.builtin.tiny_model import tiny_model
     from orchestrator.data.stream import PromptStream
     from orchestrator.rollout.samples import Ragged
-    from orchestrator.training.requests import build_requests, tokenize_prompts
+    from orchestrator.training.requests import PromptSet, build_requests, tokenize_prompts
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model().tokenizer_dir)
     texts = search_task.prompts(prompts, seed=seed)
     columns = [{"topic": search_task.topic_of(text)} for text in texts]
     sampling = SamplingConfig(max_tokens=max_tokens, temperature=1.0, seed=seed)
     items = PromptStream(texts, seed=seed).take(prompts)
-    requests = build_requests(items, Ragged.of(tokenize_prompts(texts, tokenizer), np.int32), num_generations, sampling)
+    requests = build_requests(
+        items, PromptSet(texts, Ragged.of(tokenize_prompts(texts, tokenizer), np.int32)), num_generations, sampling
+    )
     return tokenizer, requests, columns
 
 

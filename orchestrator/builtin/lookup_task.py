@@ -98,3 +98,30 @@ def exact_code_reward(prompts: list[str], completions: list[str], answer: list[s
         final = _ANSWER.search(completion.rsplit(RESULT_END, 1)[-1])
         rewards.append(1.0 if final and final.group(1) == expected else 0.0)
     return rewards
+
+
+# The lookup task as an agent (`agent: {fn: builtin:lookup}`, configs/agents/lookup.yaml): the same
+# conversation, driven through the OpenAI client. The chat template (configs/agents/lookup.jinja) renders
+# the messages as the tool loop's text, so the model pre-trained on it sees what it knows. Its tags are
+# special tokens, which vLLM leaves out of a reply's text unless asked.
+TAGS_IN_TEXT = {"skip_special_tokens": False, "spaces_between_special_tokens": False, "include_stop_str_in_output": True}
+_FINAL_WORD = re.compile(r"answer\s+(\w+)")
+_SEARCH = re.compile(re.escape(SEARCH_BEGIN) + r"(.*)" + re.escape(SEARCH_END))
+
+
+async def lookup_agent(client, prompt: str, answer: str, **columns) -> float:
+    """Ask the model; when it searches, answer with the tool's result as a `tool` message and ask again.
+    Returns 1.0 when the final reply's last `answer WORD` names the table's code, 0.0 otherwise."""
+    messages = [{"role": "user", "content": prompt}]
+    reply = await _ask(client, messages)
+    searched = _SEARCH.search(reply)
+    if searched is not None:
+        messages += [{"role": "assistant", "content": reply}, {"role": "tool", "content": lookup(searched.group(1))}]
+        reply = await _ask(client, messages)
+    final = _FINAL_WORD.findall(reply)  # the text may end in EOS's text: special tokens are in it
+    return 1.0 if final and final[-1] == answer else 0.0
+
+
+async def _ask(client, messages: list[dict]) -> str:
+    response = await client.chat.completions.create(model="policy", messages=messages, stop=[SEARCH_END], extra_body=TAGS_IN_TEXT)
+    return response.choices[0].message.content or ""

@@ -10,11 +10,13 @@ the built-in tiny model on the built-in search-call task. Field defaults follow 
 
 from __future__ import annotations
 
+import secrets
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from orchestrator.contracts import user_functions
+from orchestrator.contracts.agents import AgentConfig, AgentUse
 from orchestrator.contracts.judges import JudgeSettings
 from orchestrator.contracts.learning import GRPOSettings
 from orchestrator.contracts.paths import PATH, SPEC
@@ -210,6 +212,13 @@ class TrainConfig(GRPOSettings):
         " error: {error} ",
         description="What the model sees when a tool raises or times out; '{error}' becomes the reason.",
     )
+    # Agents (contracts/agents.py; workers/agents/)
+    agent: AgentConfig | None = Field(
+        None,
+        description="A program that makes each sample's model calls through an OpenAI client, served by the engines' "
+        "gateways: {fn, session_timeout_s, call_timeout_s, max_calls, tool_call_parser, on_prefix_mismatch, host}. "
+        "With it, reward_funcs defaults to [builtin:agent_reward] (the number the agent returned).",
+    )
     # Outputs
     output_dir: str = Field("runs/{time}", description="Run folder; '{time}' becomes the start time.")
     save_steps: int = Field(0, ge=0, description="Checkpoint every N steps (0: only at the end).")
@@ -324,6 +333,33 @@ class TrainConfig(GRPOSettings):
             if repeated:
                 raise ValueError(f"tools: two tools share the {key} {repeated[0]!r}; each needs its own")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agent_reward_by_default(cls, data):
+        if isinstance(data, dict) and data.get("agent") and "reward_funcs" not in data:
+            return {**data, "reward_funcs": ["builtin:agent_reward"]}
+        return data
+
+    @model_validator(mode="after")
+    def _check_agent(self) -> TrainConfig:
+        if self.agent is None:
+            return self
+        if self.tools:
+            raise ValueError(
+                "agent and tools both set: an agent runs its own tools, and tools[] is the engine's text-tag loop; keep one"
+            )
+        if self.lora is not None:
+            raise ValueError("agent with lora: the agents' gateway serves the full model only; remove lora or agent")
+        return self
+
+    def agent_use(self) -> AgentUse | None:
+        """What the engines need for agent sessions: the agent's file as this process first read it, and a
+        new token that every call of these sessions must carry."""
+        if self.agent is None:
+            return None
+        files = user_functions.ship({self.agent.fn: "agent.fn"})
+        return AgentUse(config=self.agent, token=secrets.token_urlsafe(24), files=files)
 
     def tool_use(self) -> ToolUse | None:
         """What the engines need for tool calls, the tools' files included as this process first read

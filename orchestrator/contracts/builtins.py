@@ -12,6 +12,11 @@ REWARDS = {  # reward_funcs
     "summary_length": "orchestrator.builtin.length_reward:summary_length",
     "exact_code": "orchestrator.builtin.lookup_task:exact_code_reward",
     "math_answer": "orchestrator.builtin.math_answer:math_answer_reward",
+    "agent_reward": "orchestrator.builtin.agent_reward:agent_reward",
+}
+
+AGENTS = {  # agent.fn
+    "lookup": "orchestrator.builtin.lookup_task:lookup_agent",
 }
 
 TOOLS = {  # tools[].fn

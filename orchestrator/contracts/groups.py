@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from orchestrator.contracts.agents import AgentUse
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
 
@@ -22,6 +23,8 @@ class GroupRequest:
     num_generations: int
     sampling: SamplingConfig
     tools: ToolUse | None = None  # multi-turn: run tool calls and continue (workers/rollout/multi_turn.py)
+    agent: AgentUse | None = None  # agent sessions (workers/agents/): the user's program makes the calls
+    agent_inputs: dict | None = None  # with `agent`: its `prompt` (text or messages) and the dataset's other columns
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +54,14 @@ class Sample:
     # With `sampling.top_logprobs` k > 0: at each position, the k most likely token ids and their logprobs
     # (under the distribution sampled, as `logprobs`). None otherwise.
     top_logprobs: list[dict[int, float]] | None = None
+    # Agent samples (workers/agents/trajectory.py): the ids of the session's first prompt as the engine saw
+    # them (None: the request's), the conversation after it (chat calls), what the agent returned as its
+    # reward, why the session failed, and how many calls rewrote its history.
+    prompt_ids: list[int] | None = None
+    messages: list[dict] | None = None
+    reward: float | None = None
+    error: str | None = None
+    prefix_mismatches: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -51,6 +51,8 @@ RESERVED_REWARD_KWARGS = {
     "user_files",
     "reward_models",
     "judges",
+    "agent_reward",
+    "agent_errors",
 }
 
 
@@ -120,14 +122,18 @@ class RewardScorer:
                 *self.dataset_keys,
             )
         }
+        agent = bool(requests) and requests[0].agent is not None
+        if agent:  # what each session's agent returned, for builtin:agent_reward; failed sessions, for `score`
+            fields.update(agent_reward=[], agent_errors=[])
         for request, result in zip(requests, results):
             row = self.columns[request.prompt_index] if self.dataset_keys else None
             prompt = request.prompt if self.conversations is None else self.conversations[request.prompt_index]
             for sample in result.samples:
                 fields["prompts"].append(prompt)
-                fields["completions"].append(
-                    sample.completion if self.conversations is None else [{"role": "assistant", "content": sample.completion}]
-                )
+                fields["completions"].append(self._completion(sample))
+                if agent:
+                    fields["agent_reward"].append(sample.reward)
+                    fields["agent_errors"].append(sample.error)
                 fields["completion_ids"].append(sample.completion_ids)
                 fields["group_id"].append(request.group_id)
                 fields["sample_index"].append(sample.sample_index)
@@ -144,6 +150,13 @@ class RewardScorer:
             judges=self.judges,
             **fields,
         )
+
+    def _completion(self, sample):
+        """A sample's completion as reward functions get it: an agent's conversation after the prompt
+        (its messages), a conversational run's one assistant message, or the text."""
+        if sample.messages is not None:
+            return sample.messages
+        return sample.completion if self.conversations is None else [{"role": "assistant", "content": sample.completion}]
 
     def timed_out(self, group_ids: list[int], rows: int) -> dict:
         """The scores of a task cancelled past its deadline: like a reward function that raises, an

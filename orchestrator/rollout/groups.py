@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from orchestrator.contracts.agents import AgentUse
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
@@ -28,14 +29,18 @@ def make_groups(
     tools: ToolUse | None = None,
     group_ids: Sequence[int] | None = None,
     prompt_indices: Sequence[int] | None = None,
+    agent: AgentUse | None = None,
+    agent_inputs: Sequence[dict] | None = None,
 ) -> list[GroupRequest]:
     """One group per prompt, in order; duplicates stay separate groups. A group's id and prompt index
     are its prompt's position in the list unless given: `train` names its groups by stream position and
-    prompt-file position (training/requests.py), evaluation rounds and judges by ranges of their own."""
+    prompt-file position (training/requests.py), evaluation rounds and judges by ranges of their own.
+    With `agent`, `agent_inputs[i]` is what prompt i's sessions are called with (its prompt and columns)."""
     if len(prompts) != len(prompt_ids):
         raise ValueError(f"{len(prompts)} prompts but {len(prompt_ids)} tokenized prompts")
     group_ids = range(len(prompts)) if group_ids is None else group_ids
     prompt_indices = range(len(prompts)) if prompt_indices is None else prompt_indices
+    agent_inputs = [None] * len(prompts) if agent is None else agent_inputs
     return [
         GroupRequest(
             group_id=group_id,
@@ -45,8 +50,12 @@ def make_groups(
             num_generations=num_generations,
             sampling=sampling,
             tools=tools,
+            agent=agent,
+            agent_inputs=inputs,
         )
-        for group_id, prompt_index, text, ids in zip(group_ids, prompt_indices, prompts, prompt_ids, strict=True)
+        for group_id, prompt_index, text, ids, inputs in zip(
+            group_ids, prompt_indices, prompts, prompt_ids, agent_inputs, strict=True
+        )
     ]
 
 

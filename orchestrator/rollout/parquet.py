@@ -34,6 +34,8 @@ ROLLOUT_SCHEMA = pa.schema(
         ("tool_mask", pa.list_(pa.int8())),  # TRL's: 1 the model's token, 0 a tool's observation token
         ("turns", pa.int32()),
         ("tool_calls", pa.list_(TOOL_CALL)),
+        ("agent_error", pa.string()),  # an agent session's failure (null: none, or not an agent run)
+        ("prefix_mismatches", pa.int32()),  # an agent session's calls that rewrote its history
     ]
 )
 
@@ -59,6 +61,8 @@ def rollout_table(samples: StepSamples, step: int | None = None) -> pa.Table:
         "tool_mask": _list_array(samples.tool_mask, pa.int8()),
         "turns": samples.turns,
         "tool_calls": [[dataclasses.asdict(call) for call in calls] for calls in samples.tool_calls],
+        "agent_error": _or_nulls(samples.agent_error, len(samples)),
+        "prefix_mismatches": _or_nulls(samples.prefix_mismatches, len(samples)),
     }
     arrays = [
         value if isinstance(value, pa.Array) else pa.array(value, field.type, from_pandas=True)
@@ -77,6 +81,10 @@ def rollout_table(samples: StepSamples, step: int | None = None) -> pa.Table:
     if samples.filtered is not None:
         table = table.append_column("filtered", pa.array(samples.filtered, pa.bool_()))
     return table
+
+
+def _or_nulls(column: np.ndarray | None, rows: int) -> np.ndarray:
+    return np.full(rows, None, dtype=object) if column is None else column
 
 
 def _list_array(column: Ragged, value_type: pa.DataType) -> pa.Array:

@@ -103,6 +103,10 @@ class StepSamples:
     policy_version: np.ndarray  # int64: the policy that generated it
     turns: np.ndarray  # int32
     tool_calls: list[list[ToolCall]]
+    # Agent samples (workers/agents/): why the session failed (None: it did not), and how many of its calls
+    # rewrote its history. None for a record built from tokens alone.
+    agent_error: np.ndarray | None = None  # object: str or None
+    prefix_mismatches: np.ndarray | None = None  # int32
     # Set by the step (training/loop.py), in the same order.
     reward: np.ndarray | None = None  # float64: the weighted sum of the reward functions
     advantage: np.ndarray | None = None  # float64; NaN for a sample not trained on
@@ -127,7 +131,7 @@ class StepSamples:
             group_id=column(lambda q, r, s: q.group_id, np.int64),
             sample_index=column(lambda q, r, s: s.sample_index, np.int32),
             prompt=objects(lambda q, r, s: q.prompt),
-            prompt_ids=Ragged.of([q.prompt_ids for q, _, _ in rows], np.int32),
+            prompt_ids=Ragged.of([q.prompt_ids if s.prompt_ids is None else s.prompt_ids for q, _, s in rows], np.int32),
             completion=objects(lambda q, r, s: s.completion),
             completion_ids=Ragged.of([s.completion_ids for _, _, s in rows], np.int32),
             logprobs=Ragged.of([[np.nan if v is None else v for v in s.logprobs] for _, _, s in rows], np.float32),
@@ -139,6 +143,8 @@ class StepSamples:
             policy_version=column(lambda q, r, s: r.policy_version, np.int64),
             turns=column(lambda q, r, s: s.turns, np.int32),
             tool_calls=[list(s.tool_calls) for _, _, s in rows],
+            agent_error=objects(lambda q, r, s: s.error),
+            prefix_mismatches=column(lambda q, r, s: s.prefix_mismatches, np.int32),
         )
 
     @classmethod

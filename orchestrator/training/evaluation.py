@@ -49,6 +49,11 @@ class EvalSet:
     conversations: list[list[dict]] | None  # the messages, when the prompts were conversations
     prompt_ids: list[list[int]]  # each prompt's ids with the canonical tokenizer, computed once
 
+    def agent_inputs(self, index: int) -> dict:
+        """What an agent session of prompt `index` is called with (as training/requests.py's PromptSet)."""
+        prompt = self.conversations[index] if self.conversations is not None else self.prompts[index]
+        return {**dict(self.columns[index]), "prompt": prompt}
+
 
 class Evaluation:
     def __init__(self, config: TrainConfig, eval_set: EvalSet, reward_models: list | None = None, judges: dict | None = None):
@@ -81,6 +86,7 @@ class Evaluation:
         # An engine seeds group g with sampling.seed + g; this makes it seed + offset + i.
         sampling = self.sampling.model_copy(update={"seed": self.config.seed + EVAL_SEED_OFFSET - base})
         tools = self.config.tool_use()  # one object: the tools' files travel once per batch of requests
+        agent = self.config.agent_use()
         count = len(self.set.prompts)
         return make_groups(
             self.set.prompts,
@@ -89,6 +95,8 @@ class Evaluation:
             sampling,
             tools,
             group_ids=range(base, base + count),
+            agent=agent,
+            agent_inputs=None if agent is None else [self.set.agent_inputs(index) for index in range(count)],
         )
 
     def run(self, pool, step: int, folder: Path) -> dict:

@@ -63,6 +63,7 @@ class GRPORun:
         self.weights = components.weights  # its version is the policy version: resume.policy_version here
         self.sampling = config.sampling()
         self.tool_use = config.tool_use()
+        self.agent_use = config.agent_use()  # its token: every gateway call of this run carries it
         self.scorer = RewardScorer(
             config.reward_funcs,
             config.reward_weights,
@@ -226,7 +227,7 @@ class GRPORun:
 
     def _requests(self, groups: int | None = None):
         items = self.stream.take(groups or self.config.prompts_per_step)
-        return build_requests(items, self.data.prompt_ids, self.config.num_generations, self.sampling, self.tool_use)
+        return build_requests(items, self.data, self.config.num_generations, self.sampling, self.tool_use, self.agent_use)
 
     def _next_batch(self, step: int) -> tuple[list, StepSamples, StepRewards]:
         """(requests, samples, rewards) of the step. On-policy (max_staleness 0): generated now. Async
@@ -327,7 +328,9 @@ class GRPORun:
             "step": step,
             "policy_version": int(samples.policy_version.min()),
             **staleness.figures(samples, learner_version=self.weights.version - 1),
-            **rollout_metrics(samples, self.components.tokenizer.eos_token_id, tools=self.tool_use is not None),
+            **rollout_metrics(
+                samples, self.components.tokenizer.eos_token_id, tools=self.tool_use is not None, agent=self.agent_use is not None
+            ),
             **learner_metrics,
             **figures,
             "reward_errors": reward_errors,

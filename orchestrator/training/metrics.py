@@ -10,10 +10,10 @@ import numpy as np
 from orchestrator.rollout.samples import StepSamples
 
 
-def rollout_metrics(samples: StepSamples, eos_token_id: int | None, tools: bool = False) -> dict[str, float]:
+def rollout_metrics(samples: StepSamples, eos_token_id: int | None, tools: bool = False, agent: bool = False) -> dict[str, float]:
     """Reward, length and how-it-ended statistics of one step's samples (their rewards set); with
-    `tools`, tool-call statistics too (on every step, zeros included, so every line of metrics.jsonl
-    has the keys)."""
+    `tools`, tool-call statistics too, with `agent` agent-session ones (on every step, zeros included,
+    so every line of metrics.jsonl has the keys)."""
     rewards = samples.reward
     lengths = samples.model_tokens()  # a tool's observation tokens are not the model's
     stopped = samples.finish_reason == "stop"
@@ -34,6 +34,8 @@ def rollout_metrics(samples: StepSamples, eos_token_id: int | None, tools: bool 
     }
     if tools:
         metrics.update(tool_metrics(samples))
+    if agent:
+        metrics.update(agent_metrics(samples))
     for name, values in samples.rewards.items():  # NaN: the function did not apply to that sample (it returned None)
         applied = values[~np.isnan(values)]
         metrics[f"{name}/mean"] = float(applied.mean()) if applied.size else None
@@ -51,6 +53,16 @@ def tool_metrics(samples: StepSamples) -> dict[str, float]:
         "tools/timeouts": sum(call.status == "timeout" for call in calls),
         "tools/latency_mean_s": float(np.mean(latencies)) if latencies else 0.0,
         "observation_tokens/mean": float(np.mean(samples.completion_ids.lengths - samples.model_tokens())),
+    }
+
+
+def agent_metrics(samples: StepSamples) -> dict[str, float]:
+    """How agent sessions went: model calls per sample, failed sessions, calls that rewrote the history."""
+    return {
+        "agent/calls_mean": float(np.mean(samples.turns)),
+        "agent/errors": int(sum(error is not None for error in samples.agent_error)),
+        "agent/prefix_mismatches": int(samples.prefix_mismatches.sum()),
+        "context_tokens/mean": float(np.mean(samples.completion_ids.lengths - samples.model_tokens())),
     }
 
 

@@ -49,6 +49,7 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
         if not is_model(spec):
             resolve(spec)
     _check_tools(config)
+    _check_agent(config, data.columns)
     check_available(config.report_to)
     model, tokenizer_name = resolve_model(config.model, config.tokenizer)
     template = read_chat_template(config.chat_template)
@@ -111,6 +112,28 @@ def _check_tools(config: TrainConfig) -> None:
             "skip_special_tokens: true would hide tool tags that are special tokens from the text the tool "
             "calls are read from; set skip_special_tokens: false when tools are configured"
         )
+
+
+def _check_agent(config: TrainConfig, columns) -> None:
+    """The agent's function exists, is `async def`, and takes (client, prompt, **this dataset's columns)."""
+    import inspect
+
+    from orchestrator.contracts import builtins, user_functions
+
+    if config.agent is None:
+        return
+    spec = config.agent.fn
+    fn = user_functions.resolve(spec, "agent.fn", builtins.AGENTS)
+    if not inspect.iscoroutinefunction(fn):
+        raise UserError(f"agent.fn: {spec!r} is not an async function; it is called as `await fn(client, prompt, **columns)`")
+    names = [name for name in (columns[0] if columns else {}) if name != "prompt"]
+    try:
+        inspect.signature(fn).bind(None, None, **dict.fromkeys(names))
+    except TypeError as error:
+        raise UserError(
+            f"agent.fn: {spec!r} cannot be called as fn(client, prompt, {', '.join(f'{n}=...' for n in names) or '**columns'}) "
+            f"with this dataset's columns: {error}"
+        ) from None
 
 
 def _read(source: str, key: str, split: str, subset: str | None, column: str) -> PromptData:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from orchestrator.contracts.agents import AgentUse
 from orchestrator.contracts.groups import GroupRequest
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
@@ -35,6 +36,12 @@ class PromptSet:
     conversations: list[list[dict]] | None = None  # each prompt's messages, when the prompts are conversations
     eval_set: EvalSet | None = None  # held-out prompts (training/evaluation.py)
 
+    def agent_inputs(self, index: int) -> dict:
+        """What an agent session of prompt `index` is called with: the prompt as the dataset holds it (its
+        messages, or its text) and the prompt's other columns."""
+        prompt = self.conversations[index] if self.conversations is not None else self.prompts[index]
+        return {**(dict(self.columns[index]) if self.columns is not None else {}), "prompt": prompt}
+
     @staticmethod
     def of_texts(prompts: list[str], tokenizer) -> PromptSet:
         """Plain-text prompts tokenised here, with nothing else (`bench`)."""
@@ -49,19 +56,22 @@ def tokenize_prompts(prompts: list[str], tokenizer, conversational: bool = False
 
 def build_requests(
     items: list[StreamItem],
-    prompt_ids: Ragged,
+    data: PromptSet,
     num_generations: int,
     sampling: SamplingConfig,
     tools: ToolUse | None = None,
+    agent: AgentUse | None = None,
 ) -> list[GroupRequest]:
-    """One request per item; `prompt_ids[i]` are the ids of prompt i of the prompt list (one int32 array
-    for the whole list: a driver holds every prompt's ids for the whole run)."""
+    """One request per item, with the ids of its prompt in `data` (one int32 array for the whole list: a
+    driver holds every prompt's ids for the whole run)."""
     return make_groups(
         [item.prompt for item in items],
-        [prompt_ids[item.prompt_index].tolist() for item in items],
+        [data.prompt_ids[item.prompt_index].tolist() for item in items],
         num_generations,
         sampling,
         tools,
         group_ids=[item.group_id for item in items],
         prompt_indices=[item.prompt_index for item in items],
+        agent=agent,
+        agent_inputs=None if agent is None else [data.agent_inputs(item.prompt_index) for item in items],
     )

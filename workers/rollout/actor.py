@@ -58,7 +58,7 @@ class RolloutWorker:
             self._reaper = reaper.start(describe([os.getpid()])[0])
         began = start_failure.log_offsets()
         try:
-            self._engine = RolloutEngine(*self._args, call_tool=self._tools)
+            self._engine = RolloutEngine(*self._args, call_tool=self._tools, address=self.node_address())
             await self._engine.warm_up()
             self._groups = GroupQueue(self._engine.generate, capacity=self._args[3].max_inflight_samples)
         except Exception as error:
@@ -118,6 +118,12 @@ class RolloutWorker:
         import ray
 
         return ray.get_runtime_context().get_node_id()
+
+    def node_address(self) -> str:
+        """This node's address in the cluster: where the agents' gateway listens."""
+        import ray
+
+        return ray.util.get_node_ip_address()
 
     def leftovers(self) -> tuple[list, list[str]]:
         """What killing this engine would leave on its node: its processes (this actor's and vLLM's, with

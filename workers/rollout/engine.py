@@ -19,6 +19,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
+from orchestrator.contracts import builtins, user_functions
+from orchestrator.contracts.agents import AgentUse
+from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.fingerprint import TokenizerFingerprint, fingerprint
 from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.rollout import RolloutConfig
@@ -86,6 +89,10 @@ def max_lora_rank(config: RolloutConfig, rank: int) -> int:
     return next(allowed for allowed in LORA_RANKS if allowed >= rank)
 
 
+class AgentSessionError(UserError):
+    """An agent session that made no model call: there is nothing to train on, and the run stops naming it."""
+
+
 class RolloutEngine:
     def __init__(
         self,
@@ -97,14 +104,19 @@ class RolloutEngine:
         seed: int = 0,
         placeholder_weights: bool = False,
         call_tool: CallTool | None = None,
+        address: str = "127.0.0.1",
     ):
-        """`call_tool` runs tool calls of multi-turn groups (the actor passes a Ray-task runner)."""
+        """`call_tool` runs tool calls of multi-turn groups (the actor passes a Ray-task runner); `address`
+        is the node's own, where the agents' gateway listens (workers/agents/gateway.py)."""
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.engine_id = engine_id
         self.config = config
         self._request_ids = itertools.count()
         self._call_tool = call_tool
+        self._address = address
+        self._gateway = None  # started by the first agent group
+        self._agents = None
         # A LoRA run's bundle holds PEFT's adapter_config.json: the engine serves the adapter the learner sends.
         adapter_file = tokenizer_dir / adapters.ADAPTER_CONFIG
         adapter_config = json.loads(adapter_file.read_text()) if adapter_file.is_file() else None
@@ -138,7 +150,12 @@ class RolloutEngine:
         self.weights.loads.check()
         version = self.weights.policy_version
         request_ids: list[str] = []
-        work = self._tool_samples(request, request_ids) if request.tools else self._samples(request, request_ids)
+        if request.agent:
+            work = self._agent_samples(request)
+        elif request.tools:
+            work = self._tool_samples(request, request_ids)
+        else:
+            work = self._samples(request, request_ids)
         try:
             samples = await asyncio.wait_for(self.weights.loads.unless_failed(work), self.config.request_timeout_s)
         except TimeoutError:
@@ -192,6 +209,51 @@ class RolloutEngine:
                 sample.cancel()
             raise
 
+    async def _agent_samples(self, request: GroupRequest) -> list[Sample]:
+        """Agent groups: the user's function runs one session per sample (workers/agents/), all at once;
+        each session's recorded calls become its sample."""
+        from workers.agents.runner import run_session
+        from workers.agents.trajectory import to_sample
+
+        use = request.agent
+        gateway = await self._started_gateway(use)
+        fn = user_functions.resolve(use.config.fn, "agent.fn", builtins.AGENTS, use.files)
+        keys = [f"g{request.group_id}-s{index}-{next(self._request_ids)}" for index in range(request.num_generations)]
+        sessions = [gateway.open(key, use.token, request.sampling, request.group_id, i) for i, key in enumerate(keys)]
+        timeouts = (use.config.session_timeout_s, use.config.call_timeout_s)
+        try:
+            outcomes = await asyncio.gather(
+                *(
+                    self._agents.run(
+                        run_session(fn, f"{gateway.url}/s/{key}/v1", use.token, request.agent_inputs, key, *timeouts)
+                    )
+                    for key in keys
+                )
+            )
+        finally:
+            for key in keys:
+                gateway.close(key)
+        decode = functools.partial(self._llm.get_tokenizer().decode, skip_special_tokens=False)
+        for session, outcome in zip(sessions, outcomes):
+            if not session.calls:
+                raise AgentSessionError(
+                    f"engine {self.engine_id}: {outcome.error or f'session {session.key} made no model call'}"
+                )
+        return [
+            to_sample(session, index, decode, self._eos_id, outcome.reward, outcome.error)
+            for index, (session, outcome) in enumerate(zip(sessions, outcomes))
+        ]
+
+    async def _started_gateway(self, use: AgentUse):
+        from workers.agents.gateway import Gateway
+        from workers.agents.runner import AgentThread
+
+        if self._gateway is None:
+            gateway = Gateway(self._llm, self.engine_id, use.config, lambda: self.weights.policy_version)
+            await gateway.start(use.config.host or self._address)
+            self._gateway, self._agents = gateway, AgentThread()
+        return self._gateway
+
     def _vocabulary(self, use: ToolUse) -> Vocabulary:
         tokenizer = self._llm.get_tokenizer()
         encode = functools.partial(tokenizer.encode, add_special_tokens=False)
@@ -227,5 +289,7 @@ class RolloutEngine:
         return True
 
     def shutdown(self) -> None:
+        if self._agents is not None:
+            self._agents.close()
         self._llm.shutdown()
         self.weights.close()

@@ -182,3 +182,24 @@ def test_eval_prompts_are_checked_like_prompts(tmp_path, capsys, prompts_file):
 def test_greedy_evaluation_wants_one_generation(tmp_path, capsys):
     err = _train(tmp_path, capsys, "eval_prompts=builtin:arithmetic_eval", "eval_temperature=0", "eval_num_generations=4")
     assert "eval_temperature: 0 is greedy, which gives one completion per prompt; set eval_num_generations: 1" in err
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (None, "agent.fn: file {folder}/missing.py does not exist"),
+        ("def agent(client, prompt, **columns):\n    return 1.0\n", "is not an async function"),
+        ("async def agent(client):\n    return 1.0\n", "cannot be called as fn(client, prompt, answer=...) with this dataset's columns"),
+    ],
+)
+def test_an_agent_that_cannot_run_is_named_before_anything_starts(tmp_path, capsys, source, message):
+    path = tmp_path / ("missing.py" if source is None else "agent.py")
+    if source is not None:
+        path.write_text(source)
+    err = _train(tmp_path, capsys, "model=builtin:lookup", "prompts=builtin:lookup", f"agent={{fn: '{path}:agent'}}")
+    assert message.format(folder=tmp_path) in err
+
+
+def test_an_agent_with_tools_is_refused(tmp_path, capsys):
+    tools = "tools=[{name: lookup, fn: 'builtin:lookup', begin: <search>, end: </search>}]"
+    assert "agent and tools both set" in _train(tmp_path, capsys, "agent={fn: 'builtin:lookup'}", tools)

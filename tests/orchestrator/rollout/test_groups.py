@@ -36,12 +36,12 @@ def test_duplicate_prompts_are_separate_groups_in_input_order():
 def test_stream_requests_keep_their_stream_ids_and_prompt_indices():
     from orchestrator.data.stream import PromptStream
     from orchestrator.rollout.samples import Ragged
-    from orchestrator.training.requests import build_requests
+    from orchestrator.training.requests import PromptSet, build_requests
 
     stream = PromptStream(PATTERN, seed=3, position=5)
     items = stream.take(4)
     ids = Ragged.of([[index] for index in range(len(PATTERN))], np.int32)
-    requests = build_requests(items, ids, 2, SamplingConfig())
+    requests = build_requests(items, PromptSet(PATTERN, ids), 2, SamplingConfig())
     assert [r.group_id for r in requests] == [5, 6, 7, 8]  # stream positions, never list positions
     assert [r.prompt_index for r in requests] == [item.prompt_index for item in items]
     assert [r.prompt_ids for r in requests] == [[item.prompt_index] for item in items]

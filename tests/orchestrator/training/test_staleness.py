@@ -58,7 +58,7 @@ def test_the_loop_generates_stale_groups_again_on_its_generation_thread(tmp_path
     run_dir = RunDir.create(config.output_dir)
     parts = Components(learner=None, pool=None, weights=PolicyWeights(None, None, version=6), tokenizer=None)
     run = GRPORun(config, PromptSet(["a", "b", "c"], Ragged.of([[1], [2], [3]], np.int32)), run_dir, parts)
-    requests = build_requests(run.stream.take(3), run.data.prompt_ids, 2, run.sampling)
+    requests = build_requests(run.stream.take(3), run.data, 2, run.sampling)
     samples = _samples([0, 0, 1, 1, 2, 2], [4, 4, 3, 4, 5, 5])  # group 1 started on policy 3: over the bound
     samples.set_scores({"reward": np.zeros(6)})
     generated = []

@@ -1,0 +1,340 @@
+"""The OpenAI-compatible gateway of one engine: vLLM's own serving layer on the engine's `AsyncLLM`, with a
+session per agent sample and every call recorded token for token.
+
+    POST /s/{session}/v1/chat/completions   vLLM's chat serving: its chat template, tool-call parser, logprobs
+    POST /s/{session}/v1/completions        vLLM's completion serving
+    GET  /s/{session}/v1/models, /v1/models  the one model served ("policy")
+    POST /s/{session}/tokenize, /tokenize    vLLM's tokenization
+
+An agent's client is bound to one session by its base URL (`http://ADDRESS:PORT/s/SESSION/v1`), so a
+framework on top of the OpenAI client needs nothing but that URL and the run's token as its API key. Each
+call of a session is rendered by vLLM, then handed to the engine as token ids that keep the session's
+earlier context exactly as sampled (session.py); the run's sampling settings replace the agent's
+(temperature, top_p, top_k, penalties, seed), and `max_tokens` is cut to the session's model tokens left.
+A request without the run's token is refused (401); the server listens on the node's own address.
+
+vLLM's serving classes are used here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import hmac
+import itertools
+import logging
+import socket
+from collections.abc import Callable
+
+from fastapi import Request  # at module level: FastAPI reads the endpoints' annotations by name
+
+from orchestrator.contracts.agents import AgentConfig
+from orchestrator.contracts.sampling import SamplingConfig
+from workers.agents.session import Call, Session, SessionRefused
+from workers.rollout.sampling import turn_seed
+
+SERVED_MODEL = "policy"
+_NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0}
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _Open:
+    session: Session
+    token: str
+    sampling: SamplingConfig
+    group_id: int
+    sample_index: int
+
+
+class GatewayError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+class Gateway:
+    def __init__(self, llm, engine_id: int, config: AgentConfig, policy_version: Callable[[], int]):
+        self._llm = llm
+        self.engine_id = engine_id
+        self.config = config
+        self._policy_version = policy_version
+        tokenizer = llm.get_tokenizer()
+        self._encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+        self._decode = functools.partial(tokenizer.decode, skip_special_tokens=False)
+        self._sessions: dict[str, _Open] = {}
+        self._calls = itertools.count()
+        self._server = None
+        self._serving = None
+        self.url = None
+
+    async def start(self, host: str) -> str:
+        """Listen on `host` (a free port) and return the base URL."""
+        import uvicorn
+
+        self._serving = await _VllmServing.build(self._llm, self.config.tool_call_parser)
+        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((host, 0))
+        listener.listen(128)
+        self._server = _Server(uvicorn.Config(self._app(), log_level="warning", lifespan="off", access_log=False))
+        self._task = asyncio.ensure_future(self._server.serve(sockets=[listener]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises what stopped it
+            await asyncio.sleep(0.01)
+        address = f"[{host}]" if ":" in host else host
+        self.url = f"http://{address}:{listener.getsockname()[1]}"
+        return self.url
+
+    def open(self, key: str, token: str, sampling: SamplingConfig, group_id: int, sample_index: int) -> Session:
+        session = Session(key, sampling.max_tokens, self.config.max_calls, self.config.on_prefix_mismatch)
+        self._sessions[key] = _Open(session, token, sampling, group_id, sample_index)
+        return session
+
+    def close(self, key: str) -> None:
+        self._sessions.pop(key, None)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._task, 5.0)
+
+    # --- requests ---
+
+    def _authorized(self, header: str | None, key: str | None) -> _Open | None:
+        """The session a request may use (None for the session-free routes); raises 401/404 otherwise."""
+        given = (header or "").removeprefix("Bearer ").strip()
+        if key is None:
+            if any(hmac.compare_digest(given, open_.token) for open_ in list(self._sessions.values())):
+                return None
+            raise GatewayError(401, "missing or wrong token: send the run's token as 'Authorization: Bearer ...'", "auth")
+        open_ = self._sessions.get(key)
+        if open_ is None or not hmac.compare_digest(given, open_.token):
+            # The same answer for an unknown session and a wrong token: neither tells a stranger anything.
+            raise GatewayError(401, f"no open session {key!r} for this token", "auth")
+        return open_
+
+    def _overrides(self, open_: _Open, body: dict, limit_key: str, logprobs) -> dict:
+        """The body with the run's sampling settings for this call, and its token limit under `limit_key`."""
+        session, sampling = open_.session, open_.sampling
+        left = session.admit()
+        asked = body.get("max_completion_tokens") or body.get("max_tokens")
+        seed = turn_seed(sampling, open_.group_id, open_.sample_index, len(session.calls))
+        body = {key: value for key, value in body.items() if key not in ("max_tokens", "max_completion_tokens")}
+        return {
+            **body,
+            **_NEUTRAL,
+            "model": SERVED_MODEL,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "seed": seed,
+            limit_key: min(asked or left, left),
+            "n": 1,
+            "logprobs": logprobs,
+            "return_token_ids": True,
+            "request_id": f"e{self.engine_id}-{session.key}-c{next(self._calls)}",
+        }
+
+    async def chat(self, open_: _Open, body: dict) -> dict:
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        shown = _shown(body)
+        request = _validated(ChatCompletionRequest, self._overrides(open_, body, "max_completion_tokens", True))
+        rendered = await self._serving.chat.render_chat_request(request)
+        _raise_if_error(rendered)
+        ids, new_segment = open_.session.prompt_ids(rendered[1][0]["prompt_token_ids"], self._encode, self._decode)
+        request.kv_transfer_params = {"prompt_token_ids": ids}  # vLLM's own way to send a prompt's ids as they are
+        response = await self._answer(self._serving.chat.create_chat_completion(request, None), open_)
+        choice = response.choices[0]
+        reply = choice.message.model_dump(mode="json", exclude_none=True)
+        self._record(
+            open_,
+            ids,
+            choice.token_ids,
+            [entry.logprob for entry in choice.logprobs.content],
+            choice,
+            new_segment,
+            [*body["messages"], reply],
+        )
+        if not shown["logprobs"]:
+            choice.logprobs = None
+        return _without_ids(response, shown)
+
+    async def completion(self, open_: _Open, body: dict) -> dict:
+        from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+        shown = _shown(body)
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise GatewayError(400, "prompt: the gateway takes one text prompt per call (a session is one sample)")
+        request = _validated(CompletionRequest, self._overrides(open_, body, "max_tokens", 0))
+        rendered = self._llm.get_tokenizer()(prompt, add_special_tokens=request.add_special_tokens)["input_ids"]
+        ids, new_segment = open_.session.prompt_ids(rendered, self._encode, self._decode)
+        request.prompt = ids
+        response = await self._answer(self._serving.completion.create_completion(request, None), open_)
+        choice = response.choices[0]
+        self._record(open_, ids, choice.token_ids, choice.logprobs.token_logprobs, choice, new_segment, None)
+        if not shown["logprobs"]:
+            choice.logprobs = None
+        return _without_ids(response, shown)
+
+    async def _answer(self, work, open_: _Open):
+        """vLLM's response to a call, within the call's deadline; its errors as GatewayErrors."""
+        try:
+            response = await asyncio.wait_for(work, self.config.call_timeout_s)
+        except TimeoutError:  # cancelling vLLM's request aborts it in the engine
+            raise GatewayError(
+                504,
+                f"session {open_.session.key}: the call did not finish within agent.call_timeout_s={self.config.call_timeout_s:g}s",
+                "timeout",
+            ) from None
+        _raise_if_error(response)
+        return response
+
+    def _record(self, open_: _Open, ids, completion_ids, logprobs, choice, new_segment: bool, messages) -> None:
+        call = Call(
+            prompt_ids=list(ids),
+            completion_ids=list(completion_ids),
+            logprobs=[float(value) for value in logprobs],
+            finish_reason=str(choice.finish_reason),
+            policy_version=self._policy_version(),
+            new_segment=new_segment,
+            messages=messages,
+        )
+        open_.session.record(call, self._decode)
+
+    def _app(self):
+        from fastapi import FastAPI
+        from fastapi.responses import JSONResponse
+
+        app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+
+        def route(handler):
+            async def endpoint(request: Request, session: str | None = None):
+                try:
+                    open_ = self._authorized(request.headers.get("authorization"), session)
+                    body = await request.json() if request.method == "POST" else {}
+                    return JSONResponse(await handler(open_, body))
+                except GatewayError as error:
+                    return JSONResponse(_error_body(error), status_code=error.status)
+                except SessionRefused as error:
+                    return JSONResponse(_error_body(GatewayError(429, str(error), "session_limit")), status_code=429)
+
+            return endpoint
+
+        for prefix in ("/s/{session}", ""):
+            app.post(prefix + "/v1/chat/completions")(route(self._session_call(self.chat)))
+            app.post(prefix + "/v1/completions")(route(self._session_call(self.completion)))
+            app.get(prefix + "/v1/models")(route(self._models))
+            app.post(prefix + "/tokenize")(route(self._tokenize))
+        return app
+
+    def _session_call(self, handler):
+        async def call(open_: _Open | None, body: dict) -> dict:
+            if open_ is None:
+                raise GatewayError(404, "model calls go to a session's URL: the client's base_url ends in /s/SESSION/v1")
+            if body.get("stream"):
+                raise GatewayError(400, "stream: the gateway answers whole responses; call with stream=False")
+            if body.get("n", 1) != 1:
+                raise GatewayError(400, f"n={body['n']}: a session is one sample; call with n=1")
+            return await handler(open_, body)
+
+        return call
+
+    async def _models(self, open_, body) -> dict:
+        return (await self._serving.models.show_available_models()).model_dump(mode="json")
+
+    async def _tokenize(self, open_, body) -> dict:
+        from pydantic import TypeAdapter
+        from vllm.entrypoints.serve.tokenize.protocol import TokenizeRequest
+
+        request = _validated(TypeAdapter(TokenizeRequest).validate_python, body)
+        response = await self._serving.tokenization.create_tokenize(request, None)
+        _raise_if_error(response)
+        return response.model_dump(mode="json")
+
+
+class _Server:
+    """uvicorn's server inside the engine's own event loop, leaving the process's signals to Ray."""
+
+    def __new__(cls, config):
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self):
+                yield
+
+        return Server(config)
+
+
+@dataclasses.dataclass
+class _VllmServing:
+    models: object
+    chat: object
+    completion: object
+    tokenization: object
+
+    @classmethod
+    async def build(cls, llm, tool_parser: str | None) -> _VllmServing:
+        from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
+        from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
+        from vllm.entrypoints.openai.models.protocol import BaseModelPath
+        from vllm.entrypoints.openai.models.serving import OpenAIServingModels
+        from vllm.entrypoints.serve.tokenize.serving import ServingTokenization
+        from vllm.renderers.online_renderer import OnlineRenderer
+
+        models = OpenAIServingModels(llm, [BaseModelPath(name=SERVED_MODEL, model_path=llm.model_config.model)])
+        await models.init_static_loras()
+        templating = {"request_logger": None, "chat_template": None, "chat_template_content_format": "auto"}
+        tools = {"enable_auto_tools": tool_parser is not None, "tool_parser": tool_parser}
+        renderer = OnlineRenderer(llm.model_config, llm.renderer, **templating, **tools)
+        return cls(
+            models=models,
+            chat=OpenAIServingChat(llm, models, "assistant", online_renderer=renderer, **templating, **tools),
+            completion=OpenAIServingCompletion(llm, models, online_renderer=renderer, request_logger=None),
+            tokenization=ServingTokenization(models, renderer, **templating),
+        )
+
+
+def _validated(model, body: dict):
+    from pydantic import ValidationError
+
+    validate = getattr(model, "model_validate", model)
+    try:
+        return validate(body)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise GatewayError(400, f"{where}: {first['msg']}") from None
+
+
+def _raise_if_error(response) -> None:
+    from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+    if isinstance(response, ErrorResponse):
+        raise GatewayError(response.error.code, response.error.message, response.error.type)
+
+
+def _shown(body: dict) -> dict:
+    """What the agent asked to see of what the gateway always records."""
+    return {"logprobs": bool(body.get("logprobs")), "ids": bool(body.get("return_token_ids"))}
+
+
+def _without_ids(response, shown: dict) -> dict:
+    if not shown["ids"]:
+        if hasattr(response, "prompt_token_ids"):
+            response.prompt_token_ids = None
+        for choice in response.choices:
+            choice.token_ids = None
+            if hasattr(choice, "prompt_token_ids"):
+                choice.prompt_token_ids = None
+    return response.model_dump(mode="json", exclude_none=True)
+
+
+def _error_body(error: GatewayError) -> dict:
+    return {"error": {"message": str(error), "type": error.kind, "code": error.status}}

@@ -1,0 +1,64 @@
+"""Where agent sessions run: the user's function, one call per sample, in a thread of its own.
+
+The engine's event loop serves the gateway and vLLM's outputs; an agent that blocks it (a synchronous
+tool, a slow environment) would stall every group on the engine. So sessions run on an event loop in
+their own thread: a blocking agent holds up other agents, never the engine. Each session gets an
+`openai.AsyncOpenAI` whose base URL is its session's (gateway.py), and runs within
+`agent.session_timeout_s`; what it returns (a reward or None) or why it failed comes back to the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import threading
+from collections.abc import Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    reward: float | None  # what the agent returned; None: reward_funcs score it
+    error: str | None  # why the session failed (raised, timed out, returned something else)
+
+
+class AgentThread:
+    def __init__(self):
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="agent-sessions", daemon=True)
+        self._thread.start()
+
+    async def run(self, coroutine):
+        """`coroutine` run on the agents' loop; cancelling the caller cancels it there."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+async def run_session(
+    fn: Callable, base_url: str, token: str, inputs: dict, key: str, timeout_s: float, call_timeout_s: float
+) -> Outcome:
+    """`fn(client, prompt, **columns)` for one session, its client bound to `base_url`."""
+    import openai
+
+    columns = {name: value for name, value in inputs.items() if name != "prompt"}
+    # The client's own deadline is a margin over the gateway's, whose answer (an error naming the call) comes first.
+    client = openai.AsyncOpenAI(base_url=base_url, api_key=token, timeout=call_timeout_s + 10.0, max_retries=0)
+    try:
+        returned = await asyncio.wait_for(fn(client, inputs["prompt"], **columns), timeout_s)
+    except TimeoutError:
+        return Outcome(None, f"session {key} did not finish within agent.session_timeout_s={timeout_s:g}s")
+    except Exception as error:
+        return Outcome(None, f"session {key}: the agent raised {type(error).__name__}: {error}")
+    finally:
+        await client.close()
+    return _outcome(returned, key)
+
+
+def _outcome(returned, key: str) -> Outcome:
+    if returned is None:
+        return Outcome(None, None)
+    if isinstance(returned, bool) or not isinstance(returned, int | float) or math.isnan(returned):
+        return Outcome(None, f"session {key}: the agent returned {returned!r}; it returns its reward (a number) or None")
+    return Outcome(float(returned), None)

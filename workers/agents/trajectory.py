@@ -1,0 +1,69 @@
+"""A finished session's calls become one sample: the tokens the model sampled, trained on, and the rest
+(tool results, user turns, template glue) as context between them.
+
+    call 1 prompt | call 1 sampled | added before call 2 | call 2 sampled | ...
+    prompt_ids    | tool_mask 1    | tool_mask 0          | tool_mask 1    |
+
+Only the last segment becomes the sample (session.py: a call that rewrote the history starts a new
+one; the earlier calls are dropped and counted). Plain code, tested without vLLM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from orchestrator.contracts.groups import Sample
+from workers.agents.session import Call, Session
+
+
+def last_segment(calls: list[Call]) -> list[Call]:
+    starts = [index for index, call in enumerate(calls) if call.new_segment]
+    return calls[starts[-1] :] if starts else calls
+
+
+def to_sample(
+    session: Session,
+    sample_index: int,
+    decode: Callable[[list[int]], str],
+    eos_token_id: int | None,
+    reward: float | None = None,
+    error: str | None = None,
+) -> Sample:
+    """The sample of a session that made at least one call; `reward` is what the agent returned, `error`
+    why the session failed (it is then scored as a failed sample: rewards/scoring.py)."""
+    calls = last_segment(session.calls)
+    ids, logprobs, mask = [], [], []
+    context = len(calls[0].prompt_ids)
+    for call in calls:
+        added = call.prompt_ids[context:]
+        ids += added + call.completion_ids
+        logprobs += [None] * len(added) + list(call.logprobs)
+        mask += [0] * len(added) + [1] * len(call.completion_ids)
+        context = len(call.prompt_ids) + len(call.completion_ids)
+    last = calls[-1]
+    ended_at_eos = bool(last.completion_ids) and last.completion_ids[-1] == eos_token_id
+    return Sample(
+        sample_index=sample_index,
+        completion=decode(ids[:-1] if ended_at_eos else ids),
+        completion_ids=ids,
+        logprobs=logprobs,
+        finish_reason="length" if last.finish_reason == "length" else "stop",
+        stop_reason=None,
+        stop_token_id=eos_token_id if ended_at_eos else None,
+        tool_mask=mask,
+        turns=len(calls),
+        prompt_ids=list(calls[0].prompt_ids),
+        messages=_conversation(calls),
+        reward=reward,
+        error=error,
+        prefix_mismatches=session.prefix_mismatches,
+    )
+
+
+def _conversation(calls: list[Call]) -> list[dict] | None:
+    """The messages after the segment's first prompt (TRL's conversational completion): what the last
+    call sent beyond the first call's messages, and the last reply. None for text completions."""
+    first, last = calls[0].messages, calls[-1].messages
+    if first is None or last is None:
+        return None
+    return last[len(first) - 1 :]
