@@ -31,6 +31,7 @@ from orchestrator.rollout.pool import RolloutPool
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+    from orchestrator.config.train import TrainConfig
     from orchestrator.placement.placement import Placement
 
 
@@ -212,7 +213,7 @@ def _start_engines(
     weights = PolicyWeights(learner, transport, policy_version, first_sync_together=together, adapter=config.lora is not None)
     longest_prompt = max_prompt_tokens or config.max_prompt_length or 0
     model_config = json.loads(engine_files.files["config.json"])
-    sized_for = (model_config, config.samples_per_step, longest_prompt + config.max_completion_length)
+    sized_for = (model_config, config.samples_per_step, _tokens_per_sample(config, longest_prompt, model_config))
     pool = start_pool(
         cluster,
         None,
@@ -272,6 +273,16 @@ def check_weight_sync(config, device: str) -> None:
         f"weight_sync.backend: {backend} cannot run on this cluster ({why}): set weight_sync.backend to auto, {fits} "
         "or object_store"
     )
+
+
+def _tokens_per_sample(config: TrainConfig, longest_prompt: int, model_config: dict) -> int:
+    """The context an engine is sized for: the longest prompt and the completion budget; with an agent, whose
+    messages add context the run cannot foresee (tool results, its own turns), the model's whole context
+    (`rollout.max_model_len` bounds it)."""
+    declared = model_config.get("text_config", model_config).get("max_position_embeddings")
+    if config.agent is not None and declared:
+        return declared
+    return longest_prompt + config.max_completion_length
 
 
 def _transport(config, device: str, colocated: bool = False):

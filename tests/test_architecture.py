@@ -399,7 +399,7 @@ def test_the_check_catches_a_message_match(tmp_path):
 
 # Called by other libraries, not by name in the project: torch's nn.Module, importlib's loader protocol,
 # transformers' TrainerCallback, vLLM's WeightTransferEngine (workers/weights/gloo.py).
-LIBRARY_HOOKS = {"forward", "get_source", "get_code", "on_step_end", "init_transfer_engine", "receive_weights"}
+LIBRARY_HOOKS = {"forward", "get_source", "get_code", "on_step_end", "init_transfer_engine", "receive_weights", "capture_signals"}
 # The commands' entry points, called as getattr(module, f"run_{command}") (orchestrator/__main__.py).
 DISPATCHED_PREFIX = "run_"
 

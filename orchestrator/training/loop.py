@@ -287,6 +287,10 @@ class GRPORun:
             )
         return kept
 
+    def _rollout_metrics(self, samples: StepSamples) -> dict:
+        eos = self.components.tokenizer.eos_token_id
+        return rollout_metrics(samples, eos, tools=self.tool_use is not None, agent=self.agent_use is not None)
+
     def step(self, step: int) -> dict:
         start, generating = time.perf_counter(), self._generating.seconds()
         requests, samples, rewards = self._next_batch(step)
@@ -328,9 +332,7 @@ class GRPORun:
             "step": step,
             "policy_version": int(samples.policy_version.min()),
             **staleness.figures(samples, learner_version=self.weights.version - 1),
-            **rollout_metrics(
-                samples, self.components.tokenizer.eos_token_id, tools=self.tool_use is not None, agent=self.agent_use is not None
-            ),
+            **self._rollout_metrics(samples),
             **learner_metrics,
             **figures,
             "reward_errors": reward_errors,

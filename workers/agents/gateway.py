@@ -144,8 +144,7 @@ class Gateway:
 
         shown = _shown(body)
         request = _validated(ChatCompletionRequest, self._overrides(open_, body, "max_completion_tokens", True))
-        rendered = await self._serving.chat.render_chat_request(request)
-        _raise_if_error(rendered)
+        rendered = await self._answer(self._serving.chat.render_chat_request(request), open_)
         ids, new_segment = open_.session.prompt_ids(rendered[1][0]["prompt_token_ids"], self._encode, self._decode)
         request.kv_transfer_params = {"prompt_token_ids": ids}  # vLLM's own way to send a prompt's ids as they are
         response = await self._answer(self._serving.chat.create_chat_completion(request, None), open_)
@@ -183,7 +182,10 @@ class Gateway:
         return _without_ids(response, shown)
 
     async def _answer(self, work, open_: _Open):
-        """vLLM's response to a call, within the call's deadline; its errors as GatewayErrors."""
+        """vLLM's response to a call, within the call's deadline; its errors (returned or raised: a prompt
+        over the context, a dead engine) as GatewayErrors with vLLM's status and message."""
+        from vllm.entrypoints.serve import create_error_response
+
         try:
             response = await asyncio.wait_for(work, self.config.call_timeout_s)
         except TimeoutError:  # cancelling vLLM's request aborts it in the engine
@@ -192,6 +194,8 @@ class Gateway:
                 f"session {open_.session.key}: the call did not finish within agent.call_timeout_s={self.config.call_timeout_s:g}s",
                 "timeout",
             ) from None
+        except Exception as error:
+            response = create_error_response(error)
         _raise_if_error(response)
         return response
 

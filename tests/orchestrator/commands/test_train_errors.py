@@ -189,7 +189,10 @@ def test_greedy_evaluation_wants_one_generation(tmp_path, capsys):
     [
         (None, "agent.fn: file {folder}/missing.py does not exist"),
         ("def agent(client, prompt, **columns):\n    return 1.0\n", "is not an async function"),
-        ("async def agent(client):\n    return 1.0\n", "cannot be called as fn(client, prompt, answer=...) with this dataset's columns"),
+        (
+            "async def agent(client):\n    return 1.0\n",
+            "cannot be called as fn(client, prompt, answer=...) with this dataset's columns",
+        ),
     ],
 )
 def test_an_agent_that_cannot_run_is_named_before_anything_starts(tmp_path, capsys, source, message):

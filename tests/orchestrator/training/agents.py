@@ -1,0 +1,84 @@
+"""Agents for the agent runs' tests (test_agent_run.py): each writes what it saw to the folder its
+prompt's `record_dir` column names, one JSON line per event, keyed by its session."""
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Literal
+
+import httpx
+
+from orchestrator.builtin import lookup_task
+
+
+def _session(client) -> str:
+    return str(client.base_url).rstrip("/").split("/")[-2]  # .../s/SESSION/v1
+
+
+def _write(record_dir: str, event: dict) -> None:
+    with (Path(record_dir) / f"{event['session']}.jsonl").open("a") as out:
+        out.write(json.dumps(event) + "\n")
+
+
+async def recording_lookup(client, prompt: str, answer: str, record_dir: str, fault: str = "", **columns) -> float:
+    """The lookup agent, asking to see what the gateway records of every call (prompt and sampled ids,
+    logprobs); with `fault` 'raise' or 'hang' it fails after its first call. It also tries the gateway
+    without the run's token."""
+    session = _session(client)
+    async with httpx.AsyncClient() as raw:
+        refused = await raw.get(f"{client.base_url}models")
+    _write(record_dir, {"session": session, "kind": "no_token", "status": refused.status_code})
+    messages = [{"role": "user", "content": prompt}]
+    reply = await _ask(client, messages, record_dir, session)
+    if fault == "raise":
+        raise RuntimeError("the tool broke")
+    if fault == "hang":
+        await asyncio.sleep(3600)
+    searched = lookup_task._SEARCH.search(reply)
+    if searched is not None:
+        messages += [{"role": "assistant", "content": reply}, {"role": "tool", "content": lookup_task.lookup(searched.group(1))}]
+        reply = await _ask(client, messages, record_dir, session)
+    final = lookup_task._FINAL_WORD.findall(reply)
+    return 1.0 if final and final[-1] == answer else 0.0
+
+
+async def _ask(client, messages, record_dir: str, session: str) -> str:
+    extra = {**lookup_task.TAGS_IN_TEXT, "return_token_ids": True}
+    response = await client.chat.completions.create(
+        model="any-name", messages=messages, stop=[lookup_task.SEARCH_END], logprobs=True, extra_body=extra
+    )
+    choice = response.choices[0]
+    _write(
+        record_dir,
+        {
+            "session": session,
+            "kind": "call",
+            "prompt_token_ids": response.prompt_token_ids,
+            "token_ids": choice.token_ids,
+            "logprobs": [entry.logprob for entry in choice.logprobs.content],
+        },
+    )
+    return choice.message.content or ""
+
+
+async def agents_sdk(client, prompt: list, answer: str, record_dir: str, **columns) -> float:
+    """An agent of the OpenAI Agents SDK, unchanged but for its client's base URL and key: its first
+    model call must call the `lookup` tool (a function tool the SDK runs), the second answers."""
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    session = _session(client)
+
+    @function_tool
+    def lookup(topic: Literal["apple", "river"]) -> str:
+        """The code of a topic."""
+        _write(record_dir, {"session": session, "kind": "tool", "topic": topic})
+        return lookup_task.CODES[topic]
+
+    own_client = AsyncOpenAI(base_url=str(client.base_url), api_key=client.api_key)
+    model = OpenAIChatCompletionsModel(model="tiny-chat", openai_client=own_client)
+    agent = Agent(name="calculator", model=model, tools=[lookup], model_settings=ModelSettings(tool_choice="lookup"))
+    result = await Runner.run(agent, prompt[-1]["content"], max_turns=2)
+    _write(record_dir, {"session": session, "kind": "final", "output": str(result.final_output)})
+    return 1.0 if answer in str(result.final_output) else 0.0

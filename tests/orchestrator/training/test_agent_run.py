@@ -1,0 +1,182 @@
+"""Agent runs end to end (real Ray, vLLM, TRL): the user's function drives the model through the
+engines' OpenAI-compatible gateway, and what the learner trains on is what the engine sampled.
+
+The lookup run's agent (agents.py: recording_lookup) asks the gateway for its record of every call and
+writes it down; two of its prompts make the agent fail (it raises, or hangs past its deadline). The
+second run is an OpenAI Agents SDK agent on the tiny chat model with a Hermes-style tool template.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from orchestrator.builtin import lookup_task
+
+pytestmark = pytest.mark.engines
+
+HERE = Path(__file__).parent
+AGENTS = HERE / "agents.py"
+SHIPPED = HERE.parents[2] / "configs" / "agents" / "lookup.yaml"
+STEPS, GENERATIONS = 2, 4
+PROMPTS = [("apple", ""), ("river", ""), ("tiger", ""), ("apple", ""), ("piano", "raise"), ("garden", "hang")]
+
+
+def _train(folder: Path, config: dict) -> Path:
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "train", "--config", str(folder / "config.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return Path(config["output_dir"])
+
+
+def _records(folder: Path) -> dict[str, list[dict]]:
+    return {path.stem: [json.loads(line) for line in path.read_text().splitlines()] for path in folder.glob("*.jsonl")}
+
+
+def _rows(out: Path) -> list[dict]:
+    return [row for path in sorted((out / "rollouts").glob("step-*.parquet")) for row in pq.read_table(path).to_pylist()]
+
+
+@pytest.fixture(scope="module")
+def lookup_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("agent")
+    record = folder / "record"
+    record.mkdir()
+    rows = [
+        {"prompt": lookup_task.prompt_for(topic), "answer": lookup_task.CODES[topic], "record_dir": str(record), "fault": fault}
+        for topic, fault in PROMPTS
+    ]
+    (folder / "prompts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = yaml.safe_load(SHIPPED.read_text())
+    config.update(
+        prompts=str(folder / "prompts.jsonl"),
+        chat_template=str(SHIPPED.parent / "lookup.jinja"),
+        prompts_per_step=len(PROMPTS),
+        num_generations=GENERATIONS,
+        max_steps=STEPS,
+        reward_error_score=-1.0,
+        output_dir=str(folder / "run"),
+        agent={"fn": f"{AGENTS}:recording_lookup", "max_calls": 3, "session_timeout_s": 8},
+    )
+    return _train(folder, config), _records(record)
+
+
+def _session_of(rows: list[dict], records: dict) -> dict:
+    """Each Parquet row's session: its key is g{group_id}-s{sample_index}-N, and group ids are never reused."""
+    by_sample = {tuple(int(part[1:]) for part in key.split("-")[:2]): key for key in records}
+    return {id(row): by_sample[(row["group_id"], row["sample_index"])] for row in rows}
+
+
+def test_every_trained_token_is_one_the_engine_sampled(lookup_run):
+    out, records = lookup_run
+    rows = _rows(out)
+    sessions = _session_of(rows, records)
+    checked = 0
+    for row in rows:
+        if row["agent_error"] is not None:
+            continue
+        calls = [event for event in records[sessions[id(row)]] if event["kind"] == "call"]
+        ids, mask, logprobs = [], [], []
+        context = len(calls[0]["prompt_token_ids"])
+        for call in calls:  # what the gateway says the engine saw and sampled, call by call
+            added = call["prompt_token_ids"][context:]
+            assert call["prompt_token_ids"][:context] == calls[0]["prompt_token_ids"] + ids  # each call extends the last
+            ids += added + call["token_ids"]
+            mask += [0] * len(added) + [1] * len(call["token_ids"])
+            logprobs += [None] * len(added) + call["logprobs"]
+            context = len(call["prompt_token_ids"]) + len(call["token_ids"])
+        assert row["prompt_ids"] == calls[0]["prompt_token_ids"]
+        assert row["completion_ids"] == ids and row["tool_mask"] == mask and row["turns"] == len(calls)
+        assert [v is None for v in row["logprobs"]] == [v is None for v in logprobs]
+        np.testing.assert_allclose(
+            [v for v in row["logprobs"] if v is not None], [v for v in logprobs if v is not None], atol=1e-6
+        )
+        checked += 1
+    assert checked >= STEPS * 4 * GENERATIONS  # every session of the four healthy prompts
+    assert any(row["turns"] == 2 for row in rows)  # the search, the tool's answer as a message, the answer
+
+
+def test_the_learner_sees_the_engines_logprobs(lookup_run):
+    out, _ = lookup_run
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in steps] == list(range(1, STEPS + 1))
+    assert max(m["sampling/sampling_logp_difference/max"] for m in steps) <= 1e-5  # fp32 engines, trained tokens only
+    assert all(m["agent/prefix_mismatches"] == 0 for m in steps)
+
+
+def test_failed_sessions_score_reward_error_score_and_say_why(lookup_run):
+    out, _ = lookup_run
+    rows = _rows(out)
+    raised = [row for row in rows if row["prompt"] == lookup_task.prompt_for("piano")]
+    hung = [row for row in rows if row["prompt"] == lookup_task.prompt_for("garden")]
+    assert len(raised) == len(hung) == STEPS * GENERATIONS
+    assert all("the agent raised RuntimeError: the tool broke" in row["agent_error"] and row["reward"] == -1.0 for row in raised)
+    assert all("did not finish within agent.session_timeout_s=8s" in row["agent_error"] and row["reward"] == -1.0 for row in hung)
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["agent/errors"] == 2 * GENERATIONS for m in steps)
+
+
+def test_the_gateway_refuses_a_request_without_the_runs_token(lookup_run):
+    _, records = lookup_run
+    statuses = [event["status"] for events in records.values() for event in events if event["kind"] == "no_token"]
+    assert statuses and set(statuses) == {401}
+
+
+@pytest.fixture(scope="module")
+def sdk_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sdk")
+    record = folder / "record"
+    record.mkdir()
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"What is the code of {topic}?"}],
+            "answer": lookup_task.CODES[topic],
+            "record_dir": str(record),
+        }
+        for topic in ("apple", "river")
+    ]
+    (folder / "prompts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = {
+        "model": "builtin:chat",
+        "prompts": str(folder / "prompts.jsonl"),
+        "chat_template": str(HERE / "hermes_chat.jinja"),
+        "agent": {"fn": f"{AGENTS}:agents_sdk", "tool_call_parser": "hermes", "max_calls": 3},
+        "reward_error_score": 0.0,
+        "prompts_per_step": 2,
+        "num_generations": 2,
+        "max_completion_length": 128,
+        "max_steps": 2,
+        "output_dir": str(folder / "run"),
+        "rollout": {"engines": 1},
+        "learner": {"torch_threads": 1},
+    }
+    return _train(folder, config), _records(record)
+
+
+def test_an_agents_sdk_agent_gets_parsed_tool_calls_and_trains(sdk_run):
+    out, records = sdk_run
+    assert len(records) == 2 * 2 * 2  # every session of both steps
+    tools = [event for events in records.values() for event in events if event["kind"] == "tool"]
+    assert len(tools) == len(records) and {event["topic"] for event in tools} <= {"apple", "river"}  # the SDK ran the tool
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in steps] == [1, 2]
+    # The SDK sends its tool call back as a message, which the template writes as <tool_call> JSON. Where that is
+    # the text the model sampled, the answer's call extends the first: one sample of both calls, the tool's response
+    # as context between them. The untrained model samples odd whitespace inside the JSON, which the re-written
+    # call does not have: such a history does not extend, and the answer's call alone is trained (counted).
+    trained = [row for row in _rows(out) if row["agent_error"] is None]
+    assert trained
+    for row in trained:
+        assert (row["prefix_mismatches"], row["turns"]) in {(0, 2), (1, 1)}
+    assert sum(m["agent/prefix_mismatches"] for m in steps) == sum(row["prefix_mismatches"] for row in _rows(out))
