@@ -114,7 +114,7 @@ def _bench_parser(commands) -> None:
     p.add_argument("--engines", type=int, default=1, help="engines in our pool (default: %(default)s)")
     p.add_argument(
         "--only",
-        choices=["sync", "learner-memory", "correction", "generation", "real-size"],
+        choices=["sync", "learner-memory", "correction", "generation", "real-size", "agent"],
         help="measure one part alone (generation: raw vLLM against our pool, --repeats times each, both cases, a few "
         "minutes; sync: weight sync vs memcpy, of the whole model and of a LoRA adapter, a few minutes; learner-memory: the "
         "learner's peak memory for steps of --samples samples at --max-tokens-per-micro-batch, completions as in the "
@@ -122,7 +122,8 @@ def _bench_parser(commands) -> None:
         "correction: the learner's step time without and with the engine correction, and with an old log-probs "
         "pass, on 64 samples of the realistic case: about two minutes; real-size: Qwen2.5-0.5B's architecture at full "
         "size, random weights, trains --steps steps while the node's memory is sampled: its peak by component and the "
-        "weight sync's speed, several minutes and most of a 24 GB machine)",
+        "weight sync's speed, several minutes and most of a 24 GB machine; agent: the lookup task as the engine's tool "
+        "loop and as an agent through the gateway, --steps steps each, samples/s side by side, a few minutes)",
     )
     p.add_argument(
         "--samples", default="64,256,1024", help="learner-memory: samples per step, comma-separated (default: %(default)s)"

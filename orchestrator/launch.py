@@ -279,7 +279,7 @@ def _tokens_per_sample(config: TrainConfig, longest_prompt: int, model_config: d
     """The context an engine is sized for: the longest prompt and the completion budget; with an agent, whose
     messages add context the run cannot foresee (tool results, its own turns), the model's whole context
     (`rollout.max_model_len` bounds it)."""
-    declared = model_config.get("text_config", model_config).get("max_position_embeddings")
+    declared = config.rollout.max_model_len or model_config.get("text_config", model_config).get("max_position_embeddings")
     if config.agent is not None and declared:
         return declared
     return longest_prompt + config.max_completion_length

@@ -48,6 +48,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return _correction(args)
     if args.only == "real-size":
         return _real_size(args)
+    if args.only == "agent":
+        return _agent(args)
     model = Path(args.model) if args.model else bench_model()
     cases = [Case("fixed", model, args.max_tokens, ignore_eos=True)]
     if not args.model:  # the stop-at-EOS variant of the built-in model
@@ -215,6 +217,22 @@ def _correction(args: argparse.Namespace) -> int:
     result["machine"] = machine
     print(correction.table(result))
     _save(args.out, {"correction": result})
+    return 0
+
+
+def _agent(args: argparse.Namespace) -> int:
+    """The lookup task as the engine's tool loop and as an agent through the gateway (orchestrator/bench/
+    agents.py). Replaces only the agent entry of an existing `--out` file."""
+    import tempfile
+
+    from orchestrator.bench import agents
+
+    machine = describe_machine()
+    print(f"agent on {machine}; the lookup task, 8 prompts x 8 samples, {args.steps} steps each way", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-agent-") as folder:
+        result = {**agents.measure(args.steps, Path(folder)), "machine": machine}
+    print(agents.table(result))
+    _save(args.out, {"agent": result})
     return 0
 
 

@@ -126,6 +126,13 @@ def _check_agent(config: TrainConfig, columns) -> None:
     fn = user_functions.resolve(spec, "agent.fn", builtins.AGENTS)
     if not inspect.iscoroutinefunction(fn):
         raise UserError(f"agent.fn: {spec!r} is not an async function; it is called as `await fn(client, prompt, **columns)`")
+    parser = config.agent.tool_call_parser
+    if parser is not None:
+        from vllm.tool_parsers import ToolParserManager  # vLLM's registry of its parsers (names only; imports none)
+
+        known = ToolParserManager.list_registered()
+        if parser not in known:
+            raise UserError(f"agent.tool_call_parser: vLLM has no tool-call parser {parser!r} (it has: {', '.join(known)})")
     names = [name for name in (columns[0] if columns else {}) if name != "prompt"]
     try:
         inspect.signature(fn).bind(None, None, **dict.fromkeys(names))

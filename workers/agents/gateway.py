@@ -36,7 +36,24 @@ from workers.agents.session import Call, Session, SessionRefused
 from workers.rollout.sampling import turn_seed
 
 SERVED_MODEL = "policy"
-_NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0}
+_NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0, "use_beam_search": False}
+# Request fields refused: they change the distribution sampled in ways the learner cannot reproduce, or
+# make vLLM see other ids than the ones recorded (echo re-renders; the transfer params carry ids).
+# Structured outputs and tool choices stay allowed: their logprobs are of the masked distribution sampled.
+REFUSED = (
+    "logit_bias",
+    "allowed_token_ids",
+    "bad_words",
+    "min_tokens",
+    "logprob_token_ids",
+    "vllm_xargs",
+    "echo",
+    "kv_transfer_params",
+    "ec_transfer_params",
+    "prompt_logprobs",
+    "truncate_prompt_tokens",
+    "continue_final_message",
+)
 logger = logging.getLogger(__name__)
 
 
@@ -47,6 +64,8 @@ class _Open:
     sampling: SamplingConfig
     group_id: int
     sample_index: int
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)  # one call at a time: each extends the last
+    calls: set = dataclasses.field(default_factory=set)  # in flight: cancelled (and so aborted) when the session closes
 
 
 class GatewayError(Exception):
@@ -94,25 +113,27 @@ class Gateway:
         return session
 
     def close(self, key: str) -> None:
-        self._sessions.pop(key, None)
+        """Forget the session; a call of it still running is cancelled, which aborts it in vLLM."""
+        open_ = self._sessions.pop(key, None)
+        for call in open_.calls if open_ is not None else ():
+            call.cancel()
 
-    async def stop(self) -> None:
+    def stop_soon(self) -> None:
+        """Ask the server to stop (it finishes on the engine's loop, or goes with the process)."""
         if self._server is not None:
             self._server.should_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._task, 5.0)
 
     # --- requests ---
 
     def _authorized(self, header: str | None, key: str | None) -> _Open | None:
         """The session a request may use (None for the session-free routes); raises 401/404 otherwise."""
-        given = (header or "").removeprefix("Bearer ").strip()
+        given = (header or "").removeprefix("Bearer ").strip().encode("latin-1", "replace")
         if key is None:
-            if any(hmac.compare_digest(given, open_.token) for open_ in list(self._sessions.values())):
+            if any(hmac.compare_digest(given, open_.token.encode()) for open_ in list(self._sessions.values())):
                 return None
             raise GatewayError(401, "missing or wrong token: send the run's token as 'Authorization: Bearer ...'", "auth")
         open_ = self._sessions.get(key)
-        if open_ is None or not hmac.compare_digest(given, open_.token):
+        if open_ is None or not hmac.compare_digest(given, open_.token.encode()):
             # The same answer for an unknown session and a wrong token: neither tells a stranger anything.
             raise GatewayError(401, f"no open session {key!r} for this token", "auth")
         return open_
@@ -120,6 +141,12 @@ class Gateway:
     def _overrides(self, open_: _Open, body: dict, limit_key: str, logprobs) -> dict:
         """The body with the run's sampling settings for this call, and its token limit under `limit_key`."""
         session, sampling = open_.session, open_.sampling
+        refused = [key for key in REFUSED if body.get(key) not in (None, False, {}, [])]
+        if refused:
+            raise GatewayError(
+                400,
+                f"{refused[0]}: not taken by the gateway (it would make the trained tokens differ from what the learner can score)",
+            )
         left = session.admit()
         asked = body.get("max_completion_tokens") or body.get("max_tokens")
         seed = turn_seed(sampling, open_.group_id, open_.sample_index, len(session.calls))
@@ -140,9 +167,19 @@ class Gateway:
         }
 
     async def chat(self, open_: _Open, body: dict) -> dict:
+        async with open_.lock:
+            return await self._chat(open_, body)
+
+    async def completion(self, open_: _Open, body: dict) -> dict:
+        async with open_.lock:
+            return await self._completion(open_, body)
+
+    async def _chat(self, open_: _Open, body: dict) -> dict:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
         shown = _shown(body)
+        if any(isinstance(message, dict) and not _text_only(message.get("content")) for message in body.get("messages") or []):
+            raise GatewayError(400, "messages: the gateway takes text content only (a text model's session is its tokens)")
         request = _validated(ChatCompletionRequest, self._overrides(open_, body, "max_completion_tokens", True))
         rendered = await self._answer(self._serving.chat.render_chat_request(request), open_)
         ids, new_segment = open_.session.prompt_ids(rendered[1][0]["prompt_token_ids"], self._encode, self._decode)
@@ -163,7 +200,7 @@ class Gateway:
             choice.logprobs = None
         return _without_ids(response, shown)
 
-    async def completion(self, open_: _Open, body: dict) -> dict:
+    async def _completion(self, open_: _Open, body: dict) -> dict:
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
         shown = _shown(body)
@@ -183,19 +220,26 @@ class Gateway:
 
     async def _answer(self, work, open_: _Open):
         """vLLM's response to a call, within the call's deadline; its errors (returned or raised: a prompt
-        over the context, a dead engine) as GatewayErrors with vLLM's status and message."""
+        over the context, a dead engine) as GatewayErrors with vLLM's status and message. Past the deadline,
+        or once the session closes, the call is cancelled, which aborts its request in the engine."""
         from vllm.entrypoints.serve import create_error_response
 
+        call = asyncio.ensure_future(work)
+        open_.calls.add(call)
         try:
-            response = await asyncio.wait_for(work, self.config.call_timeout_s)
-        except TimeoutError:  # cancelling vLLM's request aborts it in the engine
-            raise GatewayError(
-                504,
-                f"session {open_.session.key}: the call did not finish within agent.call_timeout_s={self.config.call_timeout_s:g}s",
-                "timeout",
-            ) from None
+            done, _ = await asyncio.wait({call}, timeout=self.config.call_timeout_s)
+            if not done:  # vLLM answers a cancelled call as a disconnected client: the deadline is said here
+                call.cancel()
+                await asyncio.gather(call, return_exceptions=True)
+                deadline = f"agent.call_timeout_s={self.config.call_timeout_s:g}s"
+                raise GatewayError(504, f"session {open_.session.key}: the call did not finish within {deadline}", "timeout")
+            response = call.result()
+        except GatewayError:
+            raise
         except Exception as error:
             response = create_error_response(error)
+        finally:
+            open_.calls.discard(call)
         _raise_if_error(response)
         return response
 
@@ -222,11 +266,15 @@ class Gateway:
                 try:
                     open_ = self._authorized(request.headers.get("authorization"), session)
                     body = await request.json() if request.method == "POST" else {}
+                    if not isinstance(body, dict):
+                        raise GatewayError(400, "the request body must be a JSON object")
                     return JSONResponse(await handler(open_, body))
                 except GatewayError as error:
                     return JSONResponse(_error_body(error), status_code=error.status)
                 except SessionRefused as error:
                     return JSONResponse(_error_body(GatewayError(429, str(error), "session_limit")), status_code=429)
+                except Exception as error:  # a body that is not JSON, a value vLLM's own checks refuse
+                    return _vllm_error(error)
 
             return endpoint
 
@@ -324,6 +372,12 @@ def _raise_if_error(response) -> None:
         raise GatewayError(response.error.code, response.error.message, response.error.type)
 
 
+def _text_only(content) -> bool:
+    if content is None or isinstance(content, str):
+        return True
+    return isinstance(content, list) and all(isinstance(part, dict) and part.get("type") == "text" for part in content)
+
+
 def _shown(body: dict) -> dict:
     """What the agent asked to see of what the gateway always records."""
     return {"logprobs": bool(body.get("logprobs")), "ids": bool(body.get("return_token_ids"))}
@@ -338,6 +392,17 @@ def _without_ids(response, shown: dict) -> dict:
             if hasattr(choice, "prompt_token_ids"):
                 choice.prompt_token_ids = None
     return response.model_dump(mode="json", exclude_none=True)
+
+
+def _vllm_error(error: Exception):
+    from fastapi.responses import JSONResponse
+    from vllm.entrypoints.serve import create_error_response
+
+    response = create_error_response(error)
+    return JSONResponse(
+        _error_body(GatewayError(response.error.code, response.error.message, response.error.type)),
+        status_code=response.error.code,
+    )
 
 
 def _error_body(error: GatewayError) -> dict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import numbers
 import threading
 from collections.abc import Callable
 
@@ -27,38 +28,48 @@ class AgentThread:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="agent-sessions", daemon=True)
         self._thread.start()
+        self._http = None  # one HTTP client under every session's OpenAI client: making one costs ~20 ms
 
-    async def run(self, coroutine):
-        """`coroutine` run on the agents' loop; cancelling the caller cancels it there."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
+    async def session(
+        self, fn: Callable, base_url: str, token: str, inputs: dict, key: str, timeouts: tuple[float, float]
+    ) -> Outcome:
+        """One session on the agents' loop; cancelling the caller cancels it there."""
+        work = self._session(fn, base_url, token, inputs, key, *timeouts)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._loop))
+
+    async def _session(self, fn, base_url, token, inputs, key, timeout_s: float, call_timeout_s: float) -> Outcome:
+        import httpx
+        import openai
+
+        if self._http is None:
+            self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+        # The client's own deadline is a margin over the gateway's, whose answer (an error naming the call) comes first.
+        client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=token, timeout=call_timeout_s + 10.0, max_retries=0, http_client=self._http
+        )
+        return await run_session(fn, client, inputs, key, timeout_s)
 
     def close(self) -> None:
+        if self._http is not None:
+            asyncio.run_coroutine_threadsafe(self._http.aclose(), self._loop)
         self._loop.call_soon_threadsafe(self._loop.stop)
 
 
-async def run_session(
-    fn: Callable, base_url: str, token: str, inputs: dict, key: str, timeout_s: float, call_timeout_s: float
-) -> Outcome:
-    """`fn(client, prompt, **columns)` for one session, its client bound to `base_url`."""
-    import openai
-
+async def run_session(fn: Callable, client, inputs: dict, key: str, timeout_s: float) -> Outcome:
+    """`fn(client, prompt, **columns)` for one session, within `timeout_s`."""
     columns = {name: value for name, value in inputs.items() if name != "prompt"}
-    # The client's own deadline is a margin over the gateway's, whose answer (an error naming the call) comes first.
-    client = openai.AsyncOpenAI(base_url=base_url, api_key=token, timeout=call_timeout_s + 10.0, max_retries=0)
     try:
         returned = await asyncio.wait_for(fn(client, inputs["prompt"], **columns), timeout_s)
     except TimeoutError:
         return Outcome(None, f"session {key} did not finish within agent.session_timeout_s={timeout_s:g}s")
     except Exception as error:
         return Outcome(None, f"session {key}: the agent raised {type(error).__name__}: {error}")
-    finally:
-        await client.close()
     return _outcome(returned, key)
 
 
 def _outcome(returned, key: str) -> Outcome:
     if returned is None:
         return Outcome(None, None)
-    if isinstance(returned, bool) or not isinstance(returned, int | float) or math.isnan(returned):
-        return Outcome(None, f"session {key}: the agent returned {returned!r}; it returns its reward (a number) or None")
+    if isinstance(returned, bool) or not isinstance(returned, numbers.Real) or not math.isfinite(returned):
+        return Outcome(None, f"session {key}: the agent returned {returned!r}; it returns its reward (a finite number) or None")
     return Outcome(float(returned), None)

@@ -60,6 +60,24 @@ def to_sample(
     )
 
 
+def unanswered_sample(prompt_ids: list[int], sample_index: int, eos_token_id: int | None, error: str) -> Sample:
+    """The sample of a session that made no model call (the agent failed first): the group's prompt and one
+    token that is not trained on (tool_mask 0), so it is scored as failed (`error`) and counts in its group."""
+    return Sample(
+        sample_index=sample_index,
+        completion="",
+        completion_ids=[0 if eos_token_id is None else eos_token_id],
+        logprobs=[None],
+        finish_reason="stop",
+        stop_reason=None,
+        stop_token_id=None,
+        tool_mask=[0],
+        turns=0,
+        prompt_ids=list(prompt_ids),
+        error=error,
+    )
+
+
 def _conversation(calls: list[Call]) -> list[dict] | None:
     """The messages after the segment's first prompt (TRL's conversational completion): what the last
     call sent beyond the first call's messages, and the last reply. None for text completions."""

@@ -21,7 +21,6 @@ from typing import Literal
 
 from orchestrator.contracts import builtins, user_functions
 from orchestrator.contracts.agents import AgentUse
-from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.fingerprint import TokenizerFingerprint, fingerprint
 from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.rollout import RolloutConfig
@@ -89,10 +88,6 @@ def max_lora_rank(config: RolloutConfig, rank: int) -> int:
     return next(allowed for allowed in LORA_RANKS if allowed >= rank)
 
 
-class AgentSessionError(UserError):
-    """An agent session that made no model call: there is nothing to train on, and the run stops naming it."""
-
-
 class RolloutEngine:
     def __init__(
         self,
@@ -116,6 +111,7 @@ class RolloutEngine:
         self._call_tool = call_tool
         self._address = address
         self._gateway = None  # started by the first agent group
+        self._gateway_start = asyncio.Lock()
         self._agents = None
         # A LoRA run's bundle holds PEFT's adapter_config.json: the engine serves the adapter the learner sends.
         adapter_file = tokenizer_dir / adapters.ADAPTER_CONFIG
@@ -212,8 +208,7 @@ class RolloutEngine:
     async def _agent_samples(self, request: GroupRequest) -> list[Sample]:
         """Agent groups: the user's function runs one session per sample (workers/agents/), all at once;
         each session's recorded calls become its sample."""
-        from workers.agents.runner import run_session
-        from workers.agents.trajectory import to_sample
+        from workers.agents.trajectory import to_sample, unanswered_sample
 
         use = request.agent
         gateway = await self._started_gateway(use)
@@ -224,9 +219,7 @@ class RolloutEngine:
         try:
             outcomes = await asyncio.gather(
                 *(
-                    self._agents.run(
-                        run_session(fn, f"{gateway.url}/s/{key}/v1", use.token, request.agent_inputs, key, *timeouts)
-                    )
+                    self._agents.session(fn, f"{gateway.url}/s/{key}/v1", use.token, request.agent_inputs, key, timeouts)
                     for key in keys
                 )
             )
@@ -234,13 +227,12 @@ class RolloutEngine:
             for key in keys:
                 gateway.close(key)
         decode = functools.partial(self._llm.get_tokenizer().decode, skip_special_tokens=False)
-        for session, outcome in zip(sessions, outcomes):
-            if not session.calls:
-                raise AgentSessionError(
-                    f"engine {self.engine_id}: {outcome.error or f'session {session.key} made no model call'}"
-                )
         return [
             to_sample(session, index, decode, self._eos_id, outcome.reward, outcome.error)
+            if session.calls
+            else unanswered_sample(
+                request.prompt_ids, index, self._eos_id, outcome.error or f"session {session.key} made no model call"
+            )
             for index, (session, outcome) in enumerate(zip(sessions, outcomes))
         ]
 
@@ -248,10 +240,11 @@ class RolloutEngine:
         from workers.agents.gateway import Gateway
         from workers.agents.runner import AgentThread
 
-        if self._gateway is None:
-            gateway = Gateway(self._llm, self.engine_id, use.config, lambda: self.weights.policy_version)
-            await gateway.start(use.config.host or self._address)
-            self._gateway, self._agents = gateway, AgentThread()
+        async with self._gateway_start:  # the first groups start together: one gateway for them all
+            if self._gateway is None:
+                gateway = Gateway(self._llm, self.engine_id, use.config, lambda: self.weights.policy_version)
+                await gateway.start(use.config.host or self._address)
+                self._gateway, self._agents = gateway, AgentThread()
         return self._gateway
 
     def _vocabulary(self, use: ToolUse) -> Vocabulary:
@@ -290,6 +283,7 @@ class RolloutEngine:
 
     def shutdown(self) -> None:
         if self._agents is not None:
+            self._gateway.stop_soon()
             self._agents.close()
         self._llm.shutdown()
         self.weights.close()

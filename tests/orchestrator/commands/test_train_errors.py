@@ -206,3 +206,14 @@ def test_an_agent_that_cannot_run_is_named_before_anything_starts(tmp_path, caps
 def test_an_agent_with_tools_is_refused(tmp_path, capsys):
     tools = "tools=[{name: lookup, fn: 'builtin:lookup', begin: <search>, end: </search>}]"
     assert "agent and tools both set" in _train(tmp_path, capsys, "agent={fn: 'builtin:lookup'}", tools)
+
+
+def test_an_unknown_tool_call_parser_is_named(tmp_path, capsys):
+    err = _train(
+        tmp_path,
+        capsys,
+        "model=builtin:lookup",
+        "prompts=builtin:lookup",
+        "agent={fn: 'builtin:lookup', tool_call_parser: hermess}",
+    )
+    assert "agent.tool_call_parser: vLLM has no tool-call parser 'hermess' (it has: " in err and "hermes" in err

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
+import openai
 
 from orchestrator.builtin import lookup_task
 
@@ -25,9 +26,15 @@ async def recording_lookup(client, prompt: str, answer: str, record_dir: str, fa
     logprobs); with `fault` 'raise' or 'hang' it fails after its first call. It also tries the gateway
     without the run's token."""
     session = _session(client)
+    if fault == "raise first":
+        raise ValueError("before any call")
     async with httpx.AsyncClient() as raw:
         refused = await raw.get(f"{client.base_url}models")
     _write(record_dir, {"session": session, "kind": "no_token", "status": refused.status_code})
+    try:  # a field that would make the sampled distribution one the learner cannot score
+        await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": prompt}], logit_bias={"5": 10})
+    except openai.BadRequestError as error:
+        _write(record_dir, {"session": session, "kind": "refused", "message": str(error)})
     messages = [{"role": "user", "content": prompt}]
     reply = await _ask(client, messages, record_dir, session)
     if fault == "raise":

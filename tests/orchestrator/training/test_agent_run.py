@@ -24,7 +24,15 @@ HERE = Path(__file__).parent
 AGENTS = HERE / "agents.py"
 SHIPPED = HERE.parents[2] / "configs" / "agents" / "lookup.yaml"
 STEPS, GENERATIONS = 2, 4
-PROMPTS = [("apple", ""), ("river", ""), ("tiger", ""), ("apple", ""), ("piano", "raise"), ("garden", "hang")]
+PROMPTS = [
+    ("apple", ""),
+    ("river", ""),
+    ("tiger", ""),
+    ("apple", ""),
+    ("piano", "raise"),
+    ("garden", "hang"),
+    ("winter", "raise first"),
+]
 
 
 def _train(folder: Path, config: dict) -> Path:
@@ -75,7 +83,7 @@ def lookup_run(tmp_path_factory):
 def _session_of(rows: list[dict], records: dict) -> dict:
     """Each Parquet row's session: its key is g{group_id}-s{sample_index}-N, and group ids are never reused."""
     by_sample = {tuple(int(part[1:]) for part in key.split("-")[:2]): key for key in records}
-    return {id(row): by_sample[(row["group_id"], row["sample_index"])] for row in rows}
+    return {id(row): by_sample.get((row["group_id"], row["sample_index"])) for row in rows}
 
 
 def test_every_trained_token_is_one_the_engine_sampled(lookup_run):
@@ -123,14 +131,27 @@ def test_failed_sessions_score_reward_error_score_and_say_why(lookup_run):
     assert len(raised) == len(hung) == STEPS * GENERATIONS
     assert all("the agent raised RuntimeError: the tool broke" in row["agent_error"] and row["reward"] == -1.0 for row in raised)
     assert all("did not finish within agent.session_timeout_s=8s" in row["agent_error"] and row["reward"] == -1.0 for row in hung)
+    # A session that failed before its first call has nothing sampled: the prompt and one untrained token.
+    unanswered = [row for row in rows if row["prompt"] == lookup_task.prompt_for("winter")]
+    assert all(
+        "the agent raised ValueError: before any call" in row["agent_error"] and row["reward"] == -1.0 for row in unanswered
+    )
+    assert all(row["turns"] == 0 and row["tool_mask"] == [0] for row in unanswered)
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert all(m["agent/errors"] == 2 * GENERATIONS for m in steps)
+    assert all(m["agent/errors"] == 3 * GENERATIONS for m in steps)
 
 
 def test_the_gateway_refuses_a_request_without_the_runs_token(lookup_run):
     _, records = lookup_run
     statuses = [event["status"] for events in records.values() for event in events if event["kind"] == "no_token"]
     assert statuses and set(statuses) == {401}
+
+
+def test_the_gateway_refuses_what_would_change_the_sampled_distribution(lookup_run):
+    _, records = lookup_run
+    refused = [event["message"] for events in records.values() for event in events if event["kind"] == "refused"]
+    assert refused and all("logit_bias: not taken by the gateway" in message for message in refused)
+    assert len(refused) == sum(any(e["kind"] == "no_token" for e in events) for events in records.values())
 
 
 @pytest.fixture(scope="module")
