@@ -50,6 +50,8 @@ def report(metrics: list[dict]) -> str:
         lines += ["", _staleness_line(metrics)]
     if "tools/calls" in metrics[0]:
         lines += ["", _tool_line(metrics, steady)]
+    if "agent/errors" in metrics[0]:
+        lines += ["", _agent_line(metrics)]
     evaluated = [m for m in metrics if "eval/reward_mean" in m]
     if evaluated:
         lines += ["", *_eval_table(evaluated)]
@@ -116,6 +118,14 @@ def _eval_table(evaluated: list[dict]) -> list[str]:
             f"| {m['step']} | {m['eval/reward_mean']:.3f} | {cells} | {m['eval/completion_length']:.1f} | {m['eval/samples']} |"
         )
     return lines
+
+
+def _agent_line(metrics: list[dict]) -> str:
+    return (
+        f"agent: model calls per sample {metrics[0]['agent/calls_mean']:.2f} (step 1) -> {metrics[-1]['agent/calls_mean']:.2f} "
+        f"(step {metrics[-1]['step']}); {sum(m['agent/errors'] for m in metrics)} failed sessions, "
+        f"{sum(m['agent/prefix_mismatches'] for m in metrics)} calls that rewrote the history"
+    )
 
 
 def _tool_line(metrics: list[dict], steady: list[dict]) -> str:

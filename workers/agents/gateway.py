@@ -36,6 +36,9 @@ from workers.agents.session import Call, Session, SessionRefused
 from workers.rollout.sampling import turn_seed
 
 SERVED_MODEL = "policy"
+# How long an idle connection stays open. The sessions' HTTP client drops its idle connections sooner
+# (runner.py), so it never sends a request on one the server is closing at that moment.
+KEEP_ALIVE_S = 120
 _NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0, "use_beam_search": False}
 # Request fields refused: they change the distribution sampled in ways the learner cannot reproduce, or
 # make vLLM see other ids than the ones recorded (echo re-renders; the transfer params carry ids).
@@ -100,7 +103,9 @@ class Gateway:
         listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         listener.bind((host, 0))
         listener.listen(128)
-        self._server = _Server(uvicorn.Config(self._app(), log_level="warning", lifespan="off", access_log=False))
+        self._server = _Server(
+            uvicorn.Config(self._app(), log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=KEEP_ALIVE_S)
+        )
         self._task = asyncio.ensure_future(self._server.serve(sockets=[listener]))
         while not self._server.started:
             if self._task.done():

@@ -42,7 +42,10 @@ class AgentThread:
         import openai
 
         if self._http is None:
-            self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+            # Idle connections are dropped well before the gateway closes them (gateway.KEEP_ALIVE_S): reusing one
+            # the server closes at the same moment fails the call with a connection error.
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30.0)
+            self._http = httpx.AsyncClient(limits=limits)
         # The client's own deadline is a margin over the gateway's, whose answer (an error naming the call) comes first.
         client = openai.AsyncOpenAI(
             base_url=base_url, api_key=token, timeout=call_timeout_s + 10.0, max_retries=0, http_client=self._http

@@ -137,6 +137,10 @@ class RolloutEngine:
         async for _ in self._llm.generate({"prompt_token_ids": [self._eos_id or 0]}, params, f"e{self.engine_id}-warm-up"):
             pass
 
+    def tokenizer(self):
+        """The tokenizer vLLM loaded: the canonical one."""
+        return self._llm.get_tokenizer()
+
     def tokenizer_fingerprint(self) -> TokenizerFingerprint:
         return fingerprint(self._llm.get_tokenizer())
 
@@ -211,7 +215,7 @@ class RolloutEngine:
         from workers.agents.trajectory import to_sample, unanswered_sample
 
         use = request.agent
-        gateway = await self._started_gateway(use)
+        gateway = await self.started_gateway(use)
         fn = user_functions.resolve(use.config.fn, "agent.fn", builtins.AGENTS, use.files)
         keys = [f"g{request.group_id}-s{index}-{next(self._request_ids)}" for index in range(request.num_generations)]
         sessions = [gateway.open(key, use.token, request.sampling, request.group_id, i) for i, key in enumerate(keys)]
@@ -236,7 +240,8 @@ class RolloutEngine:
             for index, (session, outcome) in enumerate(zip(sessions, outcomes))
         ]
 
-    async def _started_gateway(self, use: AgentUse):
+    async def started_gateway(self, use: AgentUse):
+        """This engine's OpenAI-compatible gateway (workers/agents/gateway.py), started by its first agent group."""
         from workers.agents.gateway import Gateway
         from workers.agents.runner import AgentThread
 
