@@ -47,7 +47,9 @@ async def per_call(folder: Path) -> dict:
     from workers.rollout.engine import RolloutEngine
 
     model, tokenizer_dir = _lookup_engine_files(folder)
-    engine = RolloutEngine(0, model, tokenizer_dir, RolloutConfig(engines=1), "cpu")
+    import torch
+
+    engine = RolloutEngine(0, model, tokenizer_dir, RolloutConfig(engines=1), "cuda" if torch.cuda.is_available() else "cpu")
     try:
         await engine.warm_up()
         gateway = await engine.started_gateway(AgentUse(config=AgentConfig(fn="builtin:lookup"), token="t"))

@@ -69,6 +69,7 @@ class _Open:
     sample_index: int
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)  # one call at a time: each extends the last
     calls: set = dataclasses.field(default_factory=set)  # in flight: cancelled (and so aborted) when the session closes
+    closed: bool = False
 
 
 class GatewayError(Exception):
@@ -123,8 +124,10 @@ class Gateway:
     def close(self, key: str) -> None:
         """Forget the session; a call of it still running is cancelled, which aborts it in vLLM."""
         open_ = self._sessions.pop(key, None)
-        for call in open_.calls if open_ is not None else ():
-            call.cancel()
+        if open_ is not None:
+            open_.closed = True
+            for call in open_.calls:
+                call.cancel()
 
     def stop_soon(self) -> None:
         """Ask the server to stop (it finishes on the engine's loop, or goes with the process)."""
@@ -232,6 +235,9 @@ class Gateway:
         or once the session closes, the call is cancelled, which aborts its request in the engine."""
         from vllm.entrypoints.serve import create_error_response
 
+        if open_.closed:  # a call that waited for its session's lock, or arrived as the session ended
+            work.close()
+            raise GatewayError(410, f"session {open_.session.key} is closed", "session_closed")
         call = asyncio.ensure_future(work)
         open_.calls.add(call)
         try:
@@ -244,9 +250,15 @@ class Gateway:
             response = call.result()
         except GatewayError:
             raise
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # this handler is being cancelled, not just the call
+                raise
+            raise GatewayError(410, f"session {open_.session.key} closed during the call", "session_closed") from None
         except Exception as error:
             response = create_error_response(error)
         finally:
+            if not call.done():  # the handler itself was cancelled: the call must not run on alone
+                call.cancel()
             open_.calls.discard(call)
         _raise_if_error(response)
         return response
@@ -407,6 +419,8 @@ def _vllm_error(error: Exception):
     from vllm.entrypoints.serve import create_error_response
 
     response = create_error_response(error)
+    if response.error.code >= 500:  # not the request's fault: the engine's log says what happened
+        logger.exception("agent gateway: %s", error)
     return JSONResponse(
         _error_body(GatewayError(response.error.code, response.error.message, response.error.type)),
         status_code=response.error.code,

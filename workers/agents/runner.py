@@ -10,6 +10,7 @@ their own thread: a blocking agent holds up other agents, never the engine. Each
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 import numbers
@@ -54,7 +55,8 @@ class AgentThread:
 
     def close(self) -> None:
         if self._http is not None:
-            asyncio.run_coroutine_threadsafe(self._http.aclose(), self._loop)
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._http.aclose(), self._loop).result(timeout=5.0)
         self._loop.call_soon_threadsafe(self._loop.stop)
 
 
@@ -65,7 +67,11 @@ async def run_session(fn: Callable, client, inputs: dict, key: str, timeout_s: f
         returned = await asyncio.wait_for(fn(client, inputs["prompt"], **columns), timeout_s)
     except TimeoutError:
         return Outcome(None, f"session {key} did not finish within agent.session_timeout_s={timeout_s:g}s")
-    except Exception as error:
+    except asyncio.CancelledError:
+        if asyncio.current_task().cancelling():  # the group was cancelled: so is its session
+            raise
+        return Outcome(None, f"session {key}: the agent raised CancelledError")
+    except BaseException as error:  # SystemExit and the like too: they would stop every session's loop
         return Outcome(None, f"session {key}: the agent raised {type(error).__name__}: {error}")
     return _outcome(returned, key)
 
