@@ -59,6 +59,14 @@ def make_groups(
     ]
 
 
+def agent_inputs(prompts, index: int) -> dict:
+    """What an agent session of prompt `index` of `prompts` (a run's PromptSet or its EvalSet: `prompts`,
+    `conversations`, `columns`) is called with: the prompt as the dataset holds it (its messages, or its
+    text) and the prompt's other columns."""
+    prompt = prompts.conversations[index] if prompts.conversations is not None else prompts.prompts[index]
+    return {**(dict(prompts.columns[index]) if prompts.columns is not None else {}), "prompt": prompt}
+
+
 def assemble(requests: list[GroupRequest], results: list[GroupResult]) -> list[tuple[GroupRequest, GroupResult]]:
     """Pair each request with its result in request order, checking every group's shape."""
     by_id: dict[int, GroupResult] = {}

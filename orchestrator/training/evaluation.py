@@ -30,7 +30,7 @@ import numpy as np
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.groups import GroupRequest
 from orchestrator.rewards.scoring import RewardScorer
-from orchestrator.rollout.groups import make_groups
+from orchestrator.rollout.groups import agent_inputs, make_groups
 from orchestrator.rollout.parquet import rollout_table, write_parquet
 from orchestrator.rollout.samples import StepSamples
 
@@ -48,11 +48,6 @@ class EvalSet:
     columns: Sequence[dict]  # each prompt's other dataset columns (reward kwargs; data/prompt_data.py)
     conversations: list[list[dict]] | None  # the messages, when the prompts were conversations
     prompt_ids: list[list[int]]  # each prompt's ids with the canonical tokenizer, computed once
-
-    def agent_inputs(self, index: int) -> dict:
-        """What an agent session of prompt `index` is called with (as training/requests.py's PromptSet)."""
-        prompt = self.conversations[index] if self.conversations is not None else self.prompts[index]
-        return {**dict(self.columns[index]), "prompt": prompt}
 
 
 class Evaluation:
@@ -96,7 +91,7 @@ class Evaluation:
             tools,
             group_ids=range(base, base + count),
             agent=agent,
-            agent_inputs=None if agent is None else [self.set.agent_inputs(index) for index in range(count)],
+            agent_inputs=None if agent is None else [agent_inputs(self.set, index) for index in range(count)],
         )
 
     def run(self, pool, step: int, folder: Path) -> dict:

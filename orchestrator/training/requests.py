@@ -19,7 +19,7 @@ from orchestrator.contracts.groups import GroupRequest
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
 from orchestrator.data.stream import StreamItem
-from orchestrator.rollout.groups import make_groups
+from orchestrator.rollout.groups import agent_inputs, make_groups
 from orchestrator.rollout.samples import Ragged
 
 if TYPE_CHECKING:
@@ -35,12 +35,6 @@ class PromptSet:
     columns: Sequence[dict] | None = None  # each prompt's other dataset columns (reward kwargs; data/prompt_data.py)
     conversations: list[list[dict]] | None = None  # each prompt's messages, when the prompts are conversations
     eval_set: EvalSet | None = None  # held-out prompts (training/evaluation.py)
-
-    def agent_inputs(self, index: int) -> dict:
-        """What an agent session of prompt `index` is called with: the prompt as the dataset holds it (its
-        messages, or its text) and the prompt's other columns."""
-        prompt = self.conversations[index] if self.conversations is not None else self.prompts[index]
-        return {**(dict(self.columns[index]) if self.columns is not None else {}), "prompt": prompt}
 
     @staticmethod
     def of_texts(prompts: list[str], tokenizer) -> PromptSet:
@@ -73,5 +67,5 @@ def build_requests(
         group_ids=[item.group_id for item in items],
         prompt_indices=[item.prompt_index for item in items],
         agent=agent,
-        agent_inputs=None if agent is None else [data.agent_inputs(item.prompt_index) for item in items],
+        agent_inputs=None if agent is None else [agent_inputs(data, item.prompt_index) for item in items],
     )

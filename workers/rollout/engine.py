@@ -230,7 +230,7 @@ class RolloutEngine:
         finally:
             for key in keys:
                 gateway.close(key)
-        decode = functools.partial(self._llm.get_tokenizer().decode, skip_special_tokens=False)
+        decode = functools.partial(self.tokenizer().decode, skip_special_tokens=False)
         return [
             to_sample(session, index, decode, self._eos_id, outcome.reward, outcome.error)
             if session.calls

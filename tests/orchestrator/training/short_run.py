@@ -4,6 +4,9 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import yaml
 
 STEPS = 6
 ARGS = [
@@ -15,6 +18,22 @@ ARGS = [
     "seed=5",
     "plot_steps=100",
 ]
+
+
+def train_config(folder: Path, config: dict, **run) -> Path:
+    """`train --config` on `config`, written to `folder/config.yaml`; its output_dir once it succeeded.
+    `run`: subprocess.run's own options (env, cwd)."""
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "train", "--config", str(folder / "config.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        **run,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return Path(config["output_dir"])
 
 
 def metrics(run) -> list[dict]:

@@ -7,8 +7,6 @@ second run is an OpenAI Agents SDK agent on the tiny chat model with a Hermes-st
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,7 @@ import pytest
 import yaml
 
 from orchestrator.builtin import lookup_task
+from tests.orchestrator.training.short_run import metrics, train_config
 
 pytestmark = pytest.mark.engines
 
@@ -35,17 +34,12 @@ PROMPTS = [
 ]
 
 
-def _train(folder: Path, config: dict) -> Path:
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "train", "--config", str(folder / "config.yaml")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return Path(config["output_dir"])
+def _with_prompts(folder: Path, rows: list[dict]) -> Path:
+    """`rows` written as folder/prompts.jsonl, each with the `record_dir` its agent writes to; that folder."""
+    record = folder / "record"
+    record.mkdir()
+    (folder / "prompts.jsonl").write_text("".join(json.dumps({**row, "record_dir": str(record)}) + "\n" for row in rows))
+    return record
 
 
 def _records(folder: Path) -> dict[str, list[dict]]:
@@ -59,13 +53,10 @@ def _rows(out: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def lookup_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("agent")
-    record = folder / "record"
-    record.mkdir()
     rows = [
-        {"prompt": lookup_task.prompt_for(topic), "answer": lookup_task.CODES[topic], "record_dir": str(record), "fault": fault}
-        for topic, fault in PROMPTS
+        {"prompt": lookup_task.prompt_for(topic), "answer": lookup_task.CODES[topic], "fault": fault} for topic, fault in PROMPTS
     ]
-    (folder / "prompts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    record = _with_prompts(folder, rows)
     config = yaml.safe_load(SHIPPED.read_text())
     config.update(
         prompts=str(folder / "prompts.jsonl"),
@@ -77,7 +68,7 @@ def lookup_run(tmp_path_factory):
         output_dir=str(folder / "run"),
         agent={"fn": f"{AGENTS}:recording_lookup", "max_calls": 3, "session_timeout_s": 8},
     )
-    return _train(folder, config), _records(record)
+    return train_config(folder, config), _records(record)
 
 
 def _session_of(rows: list[dict], records: dict) -> dict:
@@ -117,7 +108,7 @@ def test_every_trained_token_is_one_the_engine_sampled(lookup_run):
 
 def test_the_learner_sees_the_engines_logprobs(lookup_run):
     out, _ = lookup_run
-    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = metrics(out)
     assert [m["step"] for m in steps] == list(range(1, STEPS + 1))
     assert max(m["sampling/sampling_logp_difference/max"] for m in steps) <= 1e-5  # fp32 engines, trained tokens only
     assert all(m["agent/prefix_mismatches"] == 0 for m in steps)
@@ -137,7 +128,7 @@ def test_failed_sessions_score_reward_error_score_and_say_why(lookup_run):
         "the agent raised ValueError: before any call" in row["agent_error"] and row["reward"] == -1.0 for row in unanswered
     )
     assert all(row["turns"] == 0 and row["tool_mask"] == [0] for row in unanswered)
-    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = metrics(out)
     assert all(m["agent/errors"] == 3 * GENERATIONS for m in steps)
 
 
@@ -157,17 +148,11 @@ def test_the_gateway_refuses_what_would_change_the_sampled_distribution(lookup_r
 @pytest.fixture(scope="module")
 def sdk_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sdk")
-    record = folder / "record"
-    record.mkdir()
     rows = [
-        {
-            "prompt": [{"role": "user", "content": f"What is the code of {topic}?"}],
-            "answer": lookup_task.CODES[topic],
-            "record_dir": str(record),
-        }
+        {"prompt": [{"role": "user", "content": f"What is the code of {topic}?"}], "answer": lookup_task.CODES[topic]}
         for topic in ("apple", "river")
     ]
-    (folder / "prompts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    record = _with_prompts(folder, rows)
     config = {
         "model": "builtin:chat",
         "prompts": str(folder / "prompts.jsonl"),
@@ -182,7 +167,7 @@ def sdk_run(tmp_path_factory):
         "rollout": {"engines": 1},
         "learner": {"torch_threads": 1},
     }
-    return _train(folder, config), _records(record)
+    return train_config(folder, config), _records(record)
 
 
 def test_an_agents_sdk_agent_gets_parsed_tool_calls_and_trains(sdk_run):
@@ -190,7 +175,7 @@ def test_an_agents_sdk_agent_gets_parsed_tool_calls_and_trains(sdk_run):
     assert len(records) == 2 * 2 * 2  # every session of both steps
     tools = [event for events in records.values() for event in events if event["kind"] == "tool"]
     assert len(tools) == len(records) and {event["topic"] for event in tools} <= {"apple", "river"}  # the SDK ran the tool
-    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = metrics(out)
     assert [m["step"] for m in steps] == [1, 2]
     # The SDK sends its tool call back as a message, which the template writes as <tool_call> JSON. Where that is
     # the text the model sampled, the answer's call extends the first: one sample of both calls, the tool's response
@@ -210,8 +195,8 @@ def test_the_shipped_agent_config_learns(tmp_path):
     tokens' log-probs match the engines' as in the default run."""
     config = yaml.safe_load(SHIPPED.read_text())
     config.update(chat_template=str(SHIPPED.parent / "lookup.jinja"), output_dir=str(tmp_path / "run"))
-    out = _train(tmp_path, config)
-    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    out = train_config(tmp_path, config)
+    steps = metrics(out)
     rewards = [m["reward_mean"] for m in steps]
     assert np.mean(rewards[-5:]) >= np.mean(rewards[:5]) + 0.15
     assert max(m["sampling/sampling_logp_difference/max"] for m in steps) <= 1e-5

@@ -6,10 +6,7 @@ reads (data/train-*.parquet), its conversations in a column named `messages` (`p
 with one conversation repeated, so duplicate conversations must stay separate groups.
 """
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +15,7 @@ import pytest
 import yaml
 
 from orchestrator.builtin import arithmetic_task
+from tests.orchestrator.training.short_run import metrics, train_config
 
 pytestmark = pytest.mark.engines
 
@@ -42,24 +40,11 @@ def run(tmp_path_factory):
         report_to=["tensorboard", "mlflow"],
         output_dir=str(folder / "run"),
     )
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(folder / "hf-cache")}
     environment.pop("MLFLOW_TRACKING_URI", None)  # the run folder's own store
-    proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "train", "--config", str(folder / "config.yaml")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        env=environment,
-        cwd=tmp_path_factory.mktemp("elsewhere"),  # neither the config's folder nor the repository
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    # cwd: neither the config's folder nor the repository
+    train_config(folder, config, env=environment, cwd=tmp_path_factory.mktemp("elsewhere"))
     return folder / "run", records, config["num_generations"]
-
-
-def metrics(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_eval_is_logged_at_the_expected_steps_and_rises(run):

@@ -6,8 +6,6 @@ The tool is the lookup tool with two faults: it raises for 'apple' and hangs for
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -15,6 +13,7 @@ import pytest
 import yaml
 
 from orchestrator.builtin import lookup_task
+from tests.orchestrator.training.short_run import metrics, train_config
 
 pytestmark = pytest.mark.engines
 
@@ -44,15 +43,7 @@ def run(tmp_path_factory):
         tool_error_observation=ERROR,
     )
     config["tools"][0].update(fn=f"{TOOLS}:flaky_lookup", timeout_s=1.0)
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "train", "--config", str(folder / "config.yaml")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    train_config(folder, config)
     return folder / "run", config
 
 
@@ -62,10 +53,6 @@ def tokenizer(run):
 
     out, _ = run
     return AutoTokenizer.from_pretrained(out / "checkpoints" / f"step-{STEPS:06d}")
-
-
-def metrics(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_the_run_finishes_despite_failing_tools_and_counts_them(run):
