@@ -110,7 +110,10 @@ def test_the_learner_sees_the_engines_logprobs(lookup_run):
     out, _ = lookup_run
     steps = metrics(out)
     assert [m["step"] for m in steps] == list(range(1, STEPS + 1))
-    assert max(m["sampling/sampling_logp_difference/max"] for m in steps) <= 1e-5  # fp32 engines, trained tokens only
+    # fp32 engines and learner, trained tokens only: what is left is two float32 kernels' rounding of log-probs of
+    # magnitude ~10 (an ulp there is ~1e-6); 6e-6 here, and 5e-5 leaves room for another CPU's kernels. A token
+    # that was not the one sampled would differ by whole units.
+    assert max(m["sampling/sampling_logp_difference/max"] for m in steps) <= 5e-5
     assert all(m["agent/prefix_mismatches"] == 0 for m in steps)
 
 
