@@ -109,7 +109,7 @@ def _bench_parser(commands) -> None:
         "--repeats",
         type=int,
         default=3,
-        help="generation runs of raw vLLM and of the pool, the median reported (default: %(default)s)",
+        help="timed generation runs of raw vLLM and of the pool after an untimed one, the median reported (default: %(default)s)",
     )
     p.add_argument("--engines", type=int, default=1, help="engines in our pool (default: %(default)s)")
     p.add_argument(

@@ -3,8 +3,9 @@ process, one engine), our pool (same engine count), and HF transformers `generat
 without vLLM). With `ignore_eos` every sample generates exactly `max_tokens` tokens (HF's best
 case: a static batch wastes nothing); without it samples end at EOS with varied lengths, and only
 the tokens up to each sample's EOS count (HF's static batch keeps stepping finished rows until its
-longest row ends; vLLM's continuous batching does not). Raw vLLM and the pool each time the same
-generation `repeats` times on one engine built once, and report the median, since one run on a
+longest row ends; vLLM's continuous batching does not). Raw vLLM and the pool each run the same
+generation once untimed (vLLM's CPU kernels warm up to the step's shapes: that first run is 25-30%
+slower), then time it `repeats` times on the same engine and report the median, since one run on a
 small machine varies by several percent."""
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def raw_vllm(
     of our pool has them (rollout/cpu_cores.py), so the pool's figure against it is the pool's own cost."""
     import os
 
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
 
     from orchestrator.rollout.cpu_cores import core_slice
     from workers.rollout.sampling import vllm_params
@@ -67,7 +68,7 @@ def raw_vllm(
     sampling = SamplingConfig(max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=1.0, seed=seed)
     params = [vllm_params(sampling, n, group_id) for group_id in range(len(prompt_ids))]
     prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
-    llm.generate(prompts[:1], SamplingParams(max_tokens=2, ignore_eos=True), use_tqdm=False)  # warm-up
+    llm.generate(prompts, params, use_tqdm=False)  # warm-up, untimed
     runs = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -102,6 +103,7 @@ def pool(
     started = start_pool(connect(rollout_cpus(config)), str(model), tokenizer, config, seed=seed)
     runs = []
     try:
+        started.generate(requests)  # warm-up, untimed
         for _ in range(repeats):
             start = time.perf_counter()
             results = started.generate(requests)

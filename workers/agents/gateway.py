@@ -103,7 +103,7 @@ class Gateway:
         # client's delayed ACK (40 ms per call on Linux, most of a short call's time).
         listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         listener.bind((host, 0))
-        listener.listen(128)
+        listener.listen(socket.SOMAXCONN)  # every session of a step connects at once: 256 by default
         self._server = _Server(
             uvicorn.Config(self._app(), log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=KEEP_ALIVE_S)
         )

@@ -10,9 +10,11 @@ their own thread: a blocking agent holds up other agents, never the engine. Each
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 import numbers
+import ssl
 import threading
 from collections.abc import Callable
 
@@ -30,7 +32,7 @@ class AgentThread:
         self._loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="agent-sessions", daemon=True)
         self._thread.start()
-        self._tls = None  # one TLS context for every session's HTTP client: making one costs ~30 ms, the client 0.1 ms
+        self._tls = ssl.create_default_context()  # every session's HTTP client shares it: making one costs ~30 ms
 
     async def session(
         self, fn: Callable, base_url: str, token: str, inputs: dict, key: str, timeouts: tuple[float, float]
@@ -43,16 +45,14 @@ class AgentThread:
         """Each session has an HTTP client of its own: one shared by every session spends its time in httpcore's
         connection pool, whose bookkeeping grows with connections x waiting requests (most of a step's CPU at 64
         sessions)."""
-        import ssl
-
         import httpx
         import openai
 
-        self._tls = self._tls or ssl.create_default_context()
         # Idle connections are dropped well before the gateway closes them (gateway.KEEP_ALIVE_S): reusing one the
-        # server closes at the same moment fails the call with a connection error.
+        # server closes at the same moment fails the call with a connection error. The gateway is inside the
+        # cluster: proxy settings in the environment (HTTP_PROXY...) must not send its calls elsewhere.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=4, keepalive_expiry=30.0)
-        async with httpx.AsyncClient(verify=self._tls, limits=limits) as http:
+        async with httpx.AsyncClient(verify=self._tls, limits=limits, trust_env=False) as http:
             # The client's own deadline is a margin over the gateway's, whose answer (an error naming the call) comes first.
             client = openai.AsyncOpenAI(
                 base_url=base_url, api_key=token, timeout=call_timeout_s + 10.0, max_retries=0, http_client=http
@@ -60,7 +60,18 @@ class AgentThread:
             return await run_session(fn, client, inputs, key, timeout_s)
 
     def close(self) -> None:
+        """Cancels the sessions still running (each closes its HTTP client), then stops the loop."""
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(_cancel_all(), self._loop).result(timeout=10.0)
         self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+async def _cancel_all() -> None:
+    tasks = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=5.0)
 
 
 async def run_session(fn: Callable, client, inputs: dict, key: str, timeout_s: float) -> Outcome:

@@ -135,14 +135,15 @@ class RolloutEngine:
         from start-up (vLLM, torch, the tokenizer: millions of objects, here for good) is frozen out of the cycle
         collector, as vLLM's own API server does: its full collections walked all of it with the GIL held (0.4 s
         every third agent step of the lookup task, while the gateway and vLLM's outputs waited). Frozen objects
-        are still freed by reference counting."""
+        are still freed by reference counting; one alive now that later dies in a reference cycle is kept until
+        shutdown. What comes later (weight loads, adapters, the gateway, requests) stays in the collector's care."""
         from vllm import SamplingParams
-        from vllm.utils.gc_utils import freeze_gc_heap
 
         params = SamplingParams(max_tokens=2, ignore_eos=True)
         async for _ in self._llm.generate({"prompt_token_ids": [self._eos_id or 0]}, params, f"e{self.engine_id}-warm-up"):
             pass
-        freeze_gc_heap()
+        gc.collect()
+        gc.freeze()
 
     def tokenizer(self):
         """The tokenizer vLLM loaded: the canonical one."""
@@ -297,6 +298,6 @@ class RolloutEngine:
         if self._agents is not None:
             self._gateway.stop_soon()
             self._agents.close()
+        gc.unfreeze()  # back to the collector, so that interpreter exit cleans up as usual
         self._llm.shutdown()
         self.weights.close()
-        gc.unfreeze()  # back to the collector, so that interpreter exit cleans up as usual
