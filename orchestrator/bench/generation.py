@@ -4,7 +4,7 @@ without vLLM). With `ignore_eos` every sample generates exactly `max_tokens` tok
 case: a static batch wastes nothing); without it samples end at EOS with varied lengths, and only
 the tokens up to each sample's EOS count (HF's static batch keeps stepping finished rows until its
 longest row ends; vLLM's continuous batching does not). Raw vLLM and the pool each run the same
-generation once untimed (vLLM's CPU kernels warm up to the step's shapes: that first run is 25-30%
+generation once untimed (vLLM's CPU kernels warm up to the step's shapes: that first run is 20-35%
 slower), then time it `repeats` times on the same engine and report the median, since one run on a
 small machine varies by several percent."""
 
