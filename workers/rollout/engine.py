@@ -33,6 +33,7 @@ from workers.weights.receiving import EngineWeights
 
 Device = Literal["cpu", "cuda"]
 CPU_KV_CACHE_BYTES = 256 << 20
+ENGINE_CHECK_S = 0.5  # how often agent groups look whether vLLM's engine process is still alive
 
 
 # vLLM's accepted `max_lora_rank` values (vllm/config/lora.py: MaxLoRARanks).
@@ -87,6 +88,25 @@ def max_lora_rank(config: RolloutConfig, rank: int) -> int:
     if config.max_lora_rank is not None:
         return config.max_lora_rank
     return next(allowed for allowed in LORA_RANKS if allowed >= rank)
+
+
+async def while_alive(llm, work, every_s: float = ENGINE_CHECK_S):
+    """`work`'s result, unless vLLM's engine process (`llm`: its `AsyncLLM`) dies before or as it ends: then
+    vLLM's `EngineDeadError`, so that the pool replaces the engine and sends the group elsewhere. Agent groups
+    need this: their model calls go through the gateway, which answers a dead engine with an error each
+    session's agent sees, so the sessions would end as the agent's own failures (scored `reward_error_score`,
+    or stopping the run), or, for an agent that retries, only at `agent.session_timeout_s`."""
+    task = asyncio.ensure_future(work)
+    try:
+        while not task.done() and not llm.errored:
+            await asyncio.wait({task}, timeout=every_s)
+    finally:
+        if not task.done():  # the engine died, or the group itself was cancelled: the sessions stop too
+            task.cancel()
+    if llm.errored:
+        await asyncio.gather(task, return_exceptions=True)
+        raise llm.dead_error
+    return task.result()
 
 
 class RolloutEngine:
@@ -229,11 +249,14 @@ class RolloutEngine:
         sessions = [gateway.open(key, use.token, request.sampling, request.group_id, i) for i, key in enumerate(keys)]
         timeouts = (use.config.session_timeout_s, use.config.call_timeout_s)
         try:
-            outcomes = await asyncio.gather(
-                *(
-                    self._agents.session(fn, f"{gateway.url}/s/{key}/v1", use.token, request.agent_inputs, key, timeouts)
-                    for key in keys
-                )
+            outcomes = await while_alive(
+                self._llm,
+                asyncio.gather(
+                    *(
+                        self._agents.session(fn, f"{gateway.url}/s/{key}/v1", use.token, request.agent_inputs, key, timeouts)
+                        for key in keys
+                    )
+                ),
             )
         finally:
             for key in keys:

@@ -3,6 +3,7 @@ prompt's `record_dir` column names, one JSON line per event, keyed by its sessio
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -47,6 +48,27 @@ async def recording_lookup(client, prompt: str, answer: str, record_dir: str, fa
         reply = await _ask(client, messages, record_dir, session)
     final = lookup_task._FINAL_WORD.findall(reply)
     return 1.0 if final and final[-1] == answer else 0.0
+
+
+async def kills_its_engine_once(client, prompt: str, answer: str, record_dir: str, **columns) -> float:
+    """The lookup agent; the first session of the run (the one that creates record_dir/killed) first
+    SIGKILLs vLLM's engine process of the engine it runs on (agents run in the engine's own process),
+    then makes its call, and retries failed calls as a careful agent would."""
+    import psutil
+
+    marker = Path(record_dir) / "killed"
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return await lookup_task.lookup_agent(client, prompt, answer)
+    for process in psutil.Process().children(recursive=True):
+        if "EngineCore" in " ".join(process.cmdline()):
+            process.kill()
+    while True:
+        try:
+            await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": prompt}])
+        except openai.APIError:
+            await asyncio.sleep(0.1)
 
 
 async def _ask(client, messages, record_dir: str, session: str) -> str:
