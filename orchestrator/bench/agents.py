@@ -112,7 +112,10 @@ def _run(config: Path, steps: int, out: Path) -> dict:
     subprocess.run([*command, f"output_dir={out}", "plot_steps=1000000", "save_steps=0"], check=True)
     steady = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][1:]
     return {
-        "samples_per_s": float(np.sum([m["samples"] for m in steady]) / np.sum([m["time/step"] for m in steady])),
+        # Sessions, not rows: a split agent session is several rows (neither way splits on this task).
+        "samples_per_s": float(
+            np.sum([m.get("agent/sessions", m["samples"]) for m in steady]) / np.sum([m["time/step"] for m in steady])
+        ),
         "generate_s": float(np.mean([m["time/generate"] for m in steady])),
         "model_tokens_per_sample": float(np.mean([m["completion_length/mean"] for m in steady])),
         "reward_mean": float(np.mean([m["reward_mean"] for m in steady])),

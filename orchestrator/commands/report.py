@@ -122,7 +122,7 @@ def _eval_table(evaluated: list[dict]) -> list[str]:
 
 def _agent_line(metrics: list[dict]) -> str:
     return (
-        f"agent: model calls per sample {metrics[0]['agent/calls_mean']:.2f} (step {metrics[0]['step']}) -> "
+        f"agent: model calls per session {metrics[0]['agent/calls_mean']:.2f} (step {metrics[0]['step']}) -> "
         f"{metrics[-1]['agent/calls_mean']:.2f} "
         f"(step {metrics[-1]['step']}); {sum(m['agent/errors'] for m in metrics)} failed sessions, "
         f"{sum(m['agent/prefix_mismatches'] for m in metrics)} calls that rewrote the history"

@@ -40,11 +40,13 @@ class AgentConfig(StrictModel):
         "'llama3_json', ...): requests with `tools=[...]` get parsed `tool_calls` back. None: requests with tools are "
         "refused.",
     )
-    on_prefix_mismatch: Literal["last", "error"] = Field(
-        "last",
+    on_prefix_mismatch: Literal["split", "last", "error"] = Field(
+        "split",
         description="When a call's messages do not extend the session's earlier context token for token (the agent "
-        "rewrote its history): 'last' trains on the calls from the last such call on (earlier calls are counted in "
-        "`agent/prefix_mismatches` and dropped), 'error' fails the session.",
+        "rewrote its history, e.g. summarised or dropped earlier turns): 'split' makes each part of the session (a "
+        "segment) a sample of its own, at the session's place in its group, each with the session's reward and "
+        "advantage; 'last' trains on the last segment only; 'error' fails the session. Every such call is counted in "
+        "`agent/prefix_mismatches`.",
     )
     host: str | None = Field(
         None,

@@ -62,6 +62,9 @@ class Sample:
     reward: float | None = None
     error: str | None = None
     prefix_mismatches: int = 0
+    # A session split where its agent rewrote the history (agent.on_prefix_mismatch: split) is several samples
+    # with the session's sample_index, numbered here from 0; every other sample is segment 0.
+    segment: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

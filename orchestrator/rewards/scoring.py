@@ -29,6 +29,7 @@ is cancelled and scored by `RewardScorer.timed_out` (an error, or `reward_error_
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -36,7 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from orchestrator.contracts.errors import RunError, UserError
-from orchestrator.contracts.groups import GroupRequest, GroupResult
+from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 
 # Names the reward call itself uses; a dataset column with one of these names is not forwarded.
 RESERVED_REWARD_KWARGS = {
@@ -128,7 +129,7 @@ class RewardScorer:
         for request, result in zip(requests, results):
             row = self.columns[request.prompt_index] if self.dataset_keys else None
             prompt = request.prompt if self.conversations is None else self.conversations[request.prompt_index]
-            for sample in result.samples:
+            for sample in scored_samples(result.samples):
                 fields["prompts"].append(prompt)
                 fields["completions"].append(self._completion(sample))
                 if agent:
@@ -181,8 +182,21 @@ class RewardScorer:
         }
 
 
+def scored_samples(samples: list[Sample]) -> list[Sample]:
+    """The samples a reward task scores: all of them, but of a split agent session (its segments, each a
+    sample: workers/agents/trajectory.py) only the last segment, where its conversation ended. Earlier
+    segments take its scores (`score_rows`): scoring a conversation cut short would stop a run whose
+    reward function finds no answer in it, and call judges for scores nobody uses."""
+    return [sample for sample, after in zip(samples, [*samples[1:], None]) if after is None or after.segment == 0]
+
+
+def score_rows(samples: list[Sample]) -> list[int]:
+    """For each sample, the position of its scores among `scored_samples(samples)`'."""
+    return list(itertools.accumulate((sample.segment == 0 for sample in samples), initial=-1))[1:]
+
+
 class _Task(NamedTuple):
-    groups: list[tuple[int, int]]  # (group id, rows), in the task's row order
+    groups: list[tuple[int, list[int]]]  # (group id, score_rows of its samples), in the task's row order
     deadline: float  # time.monotonic() past which the task is cancelled
 
 
@@ -236,7 +250,7 @@ class StepRewards:
             requests, results = zip(*self._waiting)
             ref = self._submit(list(requests), list(results))
             deadline = time.monotonic() + self.timeout_s if self.timeout_s is not None else math.inf
-            self._tasks[ref] = _Task([(result.group_id, len(result.samples)) for result in results], deadline)
+            self._tasks[ref] = _Task([(result.group_id, score_rows(result.samples)) for result in results], deadline)
             with self._lock:
                 self._running += 1
             ref.future().add_done_callback(self._task_done)
@@ -252,18 +266,19 @@ class StepRewards:
         return len(self._tasks)
 
     def per_group(self, get: Callable[[object], dict]) -> dict[int, dict]:
-        """Each group's scores (`get` fetches a task's result): lists cut to the group's rows; a
-        task's `reward_errors` count goes to its first group so that sums stay right."""
+        """Each group's scores (`get` fetches a task's result): lists cut to the group's rows, a split
+        session's scores repeated over its segments; a task's `reward_errors` count goes to its first group so
+        that sums stay right."""
         scores = {}
         for ref, (groups, _) in self._tasks.items():
             task = get(ref)
             row = 0
             for position, (group_id, rows) in enumerate(groups):
                 scores[group_id] = {
-                    key: (value if position == 0 else 0) if key == "reward_errors" else value[row : row + rows]
+                    key: (value if position == 0 else 0) if key == "reward_errors" else [value[row + i] for i in rows]
                     for key, value in task.items()
                 }
-                row += rows
+                row += rows[-1] + 1
         return scores
 
     def scores(self) -> dict:
@@ -287,7 +302,7 @@ class StepRewards:
             ready, _ = ray.wait([ref], timeout=max(0.0, task.deadline - time.monotonic()))
             if not ready:
                 ray.cancel(ref, force=True)
-                return self._timed_out([group_id for group_id, _ in task.groups], sum(rows for _, rows in task.groups))
+                return self._timed_out([group_id for group_id, _ in task.groups], sum(rows[-1] + 1 for _, rows in task.groups))
         return unwrap(ref)
 
     def _cancel_unfinished(self) -> None:

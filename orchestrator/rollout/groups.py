@@ -83,10 +83,18 @@ def assemble(requests: list[GroupRequest], results: list[GroupResult]) -> list[t
         result = by_id.get(request.group_id)
         if result is None:
             raise GroupShapeError(f"group {request.group_id} (prompt {request.prompt_index}) has no result")
-        indices = [sample.sample_index for sample in result.samples]
-        if indices != list(range(request.num_generations)):
-            raise GroupShapeError(
-                f"group {request.group_id} has sample indices {indices}, expected 0..{request.num_generations - 1}"
-            )
+        _check_indices(request, result)
         pairs.append((request, result))
     return pairs
+
+
+def _check_indices(request: GroupRequest, result: GroupResult) -> None:
+    """Samples 0..num_generations-1 in order; a split agent session's segments (0, 1, ...) follow one another
+    under their session's index."""
+    places = [(sample.sample_index, sample.segment) for sample in result.samples]
+    expected = [(index, 0) for index in range(request.num_generations)]
+    if [place for place in places if place[1] == 0] != expected or any(
+        segment and (index, segment - 1) != previous for previous, (index, segment) in zip([None, *places], places)
+    ):
+        shown = [index if segment == 0 else f"{index}.{segment}" for index, segment in places]
+        raise GroupShapeError(f"group {request.group_id} has sample indices {shown}, expected 0..{request.num_generations - 1}")

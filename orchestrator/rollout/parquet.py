@@ -36,6 +36,7 @@ ROLLOUT_SCHEMA = pa.schema(
         ("tool_calls", pa.list_(TOOL_CALL)),
         ("agent_error", pa.string()),  # an agent session's failure (null: none, or not an agent run)
         ("prefix_mismatches", pa.int32()),  # an agent session's calls that rewrote its history
+        ("segment", pa.int32()),  # a split agent session's part, from 0; 0 for every other sample
     ]
 )
 
@@ -63,6 +64,7 @@ def rollout_table(samples: StepSamples, step: int | None = None) -> pa.Table:
         "tool_calls": [[dataclasses.asdict(call) for call in calls] for calls in samples.tool_calls],
         "agent_error": _or_nulls(samples.agent_error, len(samples)),
         "prefix_mismatches": _or_nulls(samples.prefix_mismatches, len(samples)),
+        "segment": _or_nulls(samples.segment, len(samples)),
     }
     arrays = [
         value if isinstance(value, pa.Array) else pa.array(value, field.type, from_pandas=True)

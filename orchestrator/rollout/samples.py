@@ -107,6 +107,9 @@ class StepSamples:
     # rewrote its history. None for a record built from tokens alone.
     agent_error: np.ndarray | None = None  # object: str or None
     prefix_mismatches: np.ndarray | None = None  # int32
+    # A split agent session's part (agent.on_prefix_mismatch: split): its rows share the session's group_id and
+    # sample_index and follow one another, numbered from 0; 0 for every other sample.
+    segment: np.ndarray | None = None  # int32
     # Set by the step (training/loop.py), in the same order.
     reward: np.ndarray | None = None  # float64: the weighted sum of the reward functions
     advantage: np.ndarray | None = None  # float64; NaN for a sample not trained on
@@ -145,6 +148,7 @@ class StepSamples:
             tool_calls=[list(s.tool_calls) for _, _, s in rows],
             agent_error=objects(lambda q, r, s: s.error),
             prefix_mismatches=column(lambda q, r, s: s.prefix_mismatches, np.int32),
+            segment=column(lambda q, r, s: s.segment, np.int32),
         )
 
     @classmethod
@@ -170,6 +174,7 @@ class StepSamples:
             policy_version=np.zeros(rows, dtype=np.int64),
             turns=np.ones(rows, dtype=np.int32),
             tool_calls=[[] for _ in range(rows)],
+            segment=np.zeros(rows, dtype=np.int32),
         )
 
     def __len__(self) -> int:
@@ -177,9 +182,23 @@ class StepSamples:
 
     def set_scores(self, scores: dict) -> None:
         """Take a step's scores (rewards/scoring.py: "reward" and each function's "rewards/<spec>", in
-        this record's order); NaN where a function did not apply."""
+        this record's order, a split session's repeated over its segments); NaN where a function did not apply."""
         self.reward = np.asarray(scores["reward"], dtype=np.float64)
         self.rewards = {name: np.asarray(values, np.float64) for name, values in scores.items() if name.startswith("rewards/")}
+
+    def sessions(self) -> np.ndarray:
+        """bool: the rows that stand for a sample in its group's statistics (a split session counts once)."""
+        return np.ones(len(self), dtype=bool) if self.segment is None else self.segment == 0
+
+    def session_last_rows(self) -> np.ndarray:
+        """For each row, the row of its session's last segment (itself, unless the session was split). A
+        record holds whole sessions: it is built, taken and joined by whole groups."""
+        rows = np.arange(len(self))
+        if self.segment is None or not self.segment.any():
+            return rows
+        starts = rows[self.sessions()]
+        ends = np.append(starts[1:], len(self)) - 1
+        return ends[np.cumsum(self.sessions()) - 1]
 
     def take(self, rows: np.ndarray) -> StepSamples:
         """The samples at the indices `rows`, in that order."""

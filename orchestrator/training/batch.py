@@ -52,8 +52,8 @@ def learner_batch(
     }
     if not samples.tool_mask.values.all():
         batch["tool_mask"], _ = samples.tool_mask.padded(completion_width, 1, np.int64)
-    if mask_truncated:
-        batch["loss_rows"] = (samples.finish_reason != "length").astype(np.int64)
+    if mask_truncated:  # a split agent session is truncated where its last segment is: all its rows are masked
+        batch["loss_rows"] = (samples.finish_reason[samples.session_last_rows()] != "length").astype(np.int64)
     if learner_version is not None and (samples.policy_version < learner_version).any():
         batch["stale_rows"] = (samples.policy_version < learner_version).astype(np.int64)
     return batch

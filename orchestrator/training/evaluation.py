@@ -111,9 +111,10 @@ class Evaluation:
 
 def eval_metrics(samples: StepSamples, k: int) -> dict:
     """Reward, pass@1, pass@k and length of one evaluation round (the samples' rewards set)."""
-    rewards = samples.reward
+    sessions = samples.sessions()  # a split agent session's segments share its reward: counted once
+    rewards = samples.reward[sessions]
     passed = rewards >= PASS_REWARD
-    groups, member_of = np.unique(samples.group_id, return_inverse=True)
+    groups, member_of = np.unique(samples.group_id[sessions], return_inverse=True)
     any_passed = np.bincount(member_of, weights=passed, minlength=len(groups)) > 0
     return {
         "eval/reward_mean": float(rewards.mean()),

@@ -306,7 +306,7 @@ class GRPORun:
         if self.config.dynamic_sampling:  # on-policy only (config/train.py)
             samples, reward_errors, figures, extra_generate_s = self._fill(step, samples, reward_errors)
         trained = samples if samples.filtered is None else samples.take(np.flatnonzero(~samples.filtered))
-        trained.advantage = group_advantages(trained.reward, trained.group_id, self.config.scale_rewards)
+        trained.advantage = group_advantages(trained.reward, trained.group_id, self.config.scale_rewards, trained.sessions())
         if samples.filtered is not None:  # the filtered samples are reported, with no advantage
             samples.advantage = np.full(len(samples), np.nan)
             samples.advantage[~samples.filtered] = trained.advantage

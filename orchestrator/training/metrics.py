@@ -14,7 +14,8 @@ def rollout_metrics(samples: StepSamples, eos_token_id: int | None, tools: bool 
     """Reward, length and how-it-ended statistics of one step's samples (their rewards set); with
     `tools`, tool-call statistics too, with `agent` agent-session ones (on every step, zeros included,
     so every line of metrics.jsonl has the keys)."""
-    rewards = samples.reward
+    sessions = samples.sessions()  # a split agent session's segments share its reward: counted once
+    rewards = samples.reward[sessions]
     lengths = samples.model_tokens()  # a tool's observation tokens are not the model's
     stopped = samples.finish_reason == "stop"
     by_stop = np.fromiter((reason is not None for reason in samples.stop_reason), dtype=bool, count=len(samples))
@@ -37,7 +38,7 @@ def rollout_metrics(samples: StepSamples, eos_token_id: int | None, tools: bool 
     if agent:
         metrics.update(agent_metrics(samples))
     for name, values in samples.rewards.items():  # NaN: the function did not apply to that sample (it returned None)
-        applied = values[~np.isnan(values)]
+        applied = values[sessions & ~np.isnan(values)]
         metrics[f"{name}/mean"] = float(applied.mean()) if applied.size else None
     return metrics
 
@@ -57,11 +58,14 @@ def tool_metrics(samples: StepSamples) -> dict[str, float]:
 
 
 def agent_metrics(samples: StepSamples) -> dict[str, float]:
-    """How agent sessions went: model calls per sample, failed sessions, calls that rewrote the history."""
+    """How agent sessions went: model calls per session, failed sessions, calls that rewrote the history (a
+    split session's rows each carry the session's error and count)."""
+    sessions = samples.sessions()
     return {
-        "agent/calls_mean": float(np.mean(samples.turns)),
-        "agent/errors": int(sum(error is not None for error in samples.agent_error)),
-        "agent/prefix_mismatches": int(samples.prefix_mismatches.sum()),
+        "agent/sessions": int(sessions.sum()),
+        "agent/calls_mean": float(samples.turns.sum() / sessions.sum()),
+        "agent/errors": int(sum(error is not None for error in samples.agent_error[sessions])),
+        "agent/prefix_mismatches": int(samples.prefix_mismatches[sessions].sum()),
         "context_tokens/mean": float(np.mean(samples.completion_ids.lengths - samples.model_tokens())),
     }
 

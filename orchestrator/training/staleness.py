@@ -25,7 +25,7 @@ def replace_groups(samples: StepSamples, fresh: StepSamples) -> StepSamples:
     """`samples` with the groups `fresh` holds replaced by `fresh`'s, in stream order."""
     kept = samples.take(np.flatnonzero(~np.isin(samples.group_id, fresh.group_id)))
     merged = StepSamples.concat([kept, fresh])
-    return merged.take(np.lexsort((merged.sample_index, merged.group_id)))
+    return merged.take(np.lexsort((merged.segment, merged.sample_index, merged.group_id)))
 
 
 def figures(samples: StepSamples, learner_version: int) -> dict:

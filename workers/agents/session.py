@@ -70,7 +70,7 @@ class Session:
         if self.on_prefix_mismatch == "error":
             raise SessionRefused(
                 f"session {self.key}: the messages of call {len(self.calls) + 1} do not extend the earlier context "
-                "(the agent rewrote its history; agent.on_prefix_mismatch: last trains on the calls from there on)"
+                "(the agent rewrote its history; agent.on_prefix_mismatch: split trains each part as a sample of its own)"
             )
         self.prefix_mismatches += 1
         return list(rendered_ids), True

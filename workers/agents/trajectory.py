@@ -1,11 +1,13 @@
-"""A finished session's calls become one sample: the tokens the model sampled, trained on, and the rest
+"""A finished session's calls become its sample(s): the tokens the model sampled, trained on, and the rest
 (tool results, user turns, template glue) as context between them.
 
     call 1 prompt | call 1 sampled | added before call 2 | call 2 sampled | ...
     prompt_ids    | tool_mask 1    | tool_mask 0          | tool_mask 1    |
 
-Only the last segment becomes the sample (session.py: a call that rewrote the history starts a new
-one; the earlier calls are dropped and counted). Plain code, tested without vLLM.
+A call that rewrote the history starts a new segment (session.py): its prompt is not the earlier context
+continued, so no one token sequence holds both. With `agent.on_prefix_mismatch: split` each segment is a
+sample of its own, at the session's place in the group (`sample_index`) and numbered by `segment`; with
+`last` only the last segment is. Plain code, tested without vLLM.
 """
 
 from __future__ import annotations
@@ -16,22 +18,35 @@ from orchestrator.contracts.groups import Sample
 from workers.agents.session import Call, Session
 
 
-def last_segment(calls: list[Call]) -> list[Call]:
-    starts = [index for index, call in enumerate(calls) if call.new_segment]
-    return calls[starts[-1] :] if starts else calls
+def segments(calls: list[Call]) -> list[list[Call]]:
+    """The calls cut where a call starts a new segment, in order."""
+    starts = [index for index, call in enumerate(calls) if call.new_segment and index > 0]
+    bounds = [0, *starts, len(calls)]
+    return [calls[begin:end] for begin, end in zip(bounds, bounds[1:])]
 
 
-def to_sample(
+def to_samples(
     session: Session,
     sample_index: int,
     decode: Callable[[list[int]], str],
     eos_token_id: int | None,
     reward: float | None = None,
     error: str | None = None,
+    split: bool = True,
+) -> list[Sample]:
+    """The samples of a session that made at least one call: one per segment with `split`, else the last
+    segment's alone. `reward` is what the agent returned, `error` why the session failed (every segment is
+    then scored as a failed sample: rewards/scoring.py)."""
+    parts = segments(session.calls)
+    kept = enumerate(parts) if split else [(0, parts[-1])]
+    return [
+        _segment_sample(calls, segment, session, sample_index, decode, eos_token_id, reward, error) for segment, calls in kept
+    ]
+
+
+def _segment_sample(
+    calls: list[Call], segment: int, session: Session, sample_index: int, decode, eos_token_id, reward, error
 ) -> Sample:
-    """The sample of a session that made at least one call; `reward` is what the agent returned, `error`
-    why the session failed (it is then scored as a failed sample: rewards/scoring.py)."""
-    calls = last_segment(session.calls)
     ids, logprobs, mask = [], [], []
     context = len(calls[0].prompt_ids)
     for call in calls:
@@ -57,6 +72,7 @@ def to_sample(
         reward=reward,
         error=error,
         prefix_mismatches=session.prefix_mismatches,
+        segment=segment,
     )
 
 

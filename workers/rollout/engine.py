@@ -240,7 +240,7 @@ class RolloutEngine:
     async def _agent_samples(self, request: GroupRequest) -> list[Sample]:
         """Agent groups: the user's function runs one session per sample (workers/agents/), all at once;
         each session's recorded calls become its sample."""
-        from workers.agents.trajectory import to_sample, unanswered_sample
+        from workers.agents.trajectory import to_samples, unanswered_sample
 
         use = request.agent
         gateway = await self.started_gateway(use)
@@ -262,14 +262,15 @@ class RolloutEngine:
             for key in keys:
                 gateway.close(key)
         decode = functools.partial(self.tokenizer().decode, skip_special_tokens=False)
-        return [
-            to_sample(session, index, decode, self._eos_id, outcome.reward, outcome.error)
-            if session.calls
-            else unanswered_sample(
-                request.prompt_ids, index, self._eos_id, outcome.error or f"session {session.key} made no model call"
-            )
-            for index, (session, outcome) in enumerate(zip(sessions, outcomes))
-        ]
+        split = use.config.on_prefix_mismatch == "split"
+        samples = []
+        for index, (session, outcome) in enumerate(zip(sessions, outcomes)):
+            if session.calls:
+                samples += to_samples(session, index, decode, self._eos_id, outcome.reward, outcome.error, split)
+            else:
+                error = outcome.error or f"session {session.key} made no model call"
+                samples.append(unanswered_sample(request.prompt_ids, index, self._eos_id, error))
+        return samples
 
     async def started_gateway(self, use: AgentUse):
         """This engine's OpenAI-compatible gateway (workers/agents/gateway.py), started by its first agent group."""

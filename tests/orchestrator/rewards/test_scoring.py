@@ -73,3 +73,24 @@ def test_a_reward_task_that_reserves_no_cpu_runs_on_the_drivers_node(ray_session
     (strategy,) = _on_driver_node(0.0).values()
     assert strategy.node_id == ray.get_runtime_context().get_node_id() and strategy.soft
     assert _on_driver_node(1.0) == {}  # reserving CPUs: wherever Ray finds them free
+
+
+def test_a_split_sessions_last_segment_alone_is_scored_and_its_scores_cover_its_segments(tmp_path, ray_session):
+    """agent.on_prefix_mismatch: split: sample 1's session is two segments. Its first segment has no answer yet
+    (the function returns None: were it scored, the run would stop); the function sees the last one only, and
+    both rows get its score."""
+    reward = tmp_path / "answered.py"
+    reward.write_text(
+        "def answered(completions, sample_index, **kw):\n"
+        "    assert 'draft' not in completions, completions\n"
+        "    return [None if c == 'draft' else float(c == 'right') for c in completions]\n"
+    )
+    request = GroupRequest(0, 0, "Q", [1], 3, SamplingConfig())
+    texts = [(0, 0, "wrong"), (1, 0, "draft"), (1, 1, "right"), (2, 0, "wrong")]
+    samples = [Sample(i, text, [1], [0.0], "stop", None, None, segment=segment) for i, segment, text in texts]
+    scoring = RewardScorer([f"{reward}:answered"], None, None).begin([request])
+    scoring.add(GroupResult(0, 0, 0, samples))
+    scores = scoring.close().scores()
+    [own] = [values for name, values in scores.items() if name.startswith("rewards/")]
+    assert scores["reward"] == own == [0.0, 1.0, 1.0, 0.0]
+    assert scores["reward_errors"] == 0

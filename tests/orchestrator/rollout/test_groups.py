@@ -63,3 +63,25 @@ def test_missing_and_duplicated_groups_are_shape_errors():
         assemble(requests, results[:-1])
     with pytest.raises(GroupShapeError, match="group 3 came back twice"):
         assemble(requests, results + [results[3]])
+
+
+def _segment(index: int, segment: int) -> Sample:
+    return Sample(index, f"c{index}.{segment}", [index], [-0.5], "stop", None, None, segment=segment)
+
+
+def test_a_split_sessions_segments_follow_it_under_its_index_and_count_once():
+    """agent.on_prefix_mismatch: split: sample 1's session is two segments, rows (1, 0) and (1, 1); the
+    group's statistics count the session once, and its rows know their session's last segment."""
+    requests = _requests()[:1]
+    samples = [_segment(0, 0), _segment(1, 0), _segment(1, 1), _segment(2, 0)]
+    record = StepSamples.assemble(requests, [GroupResult(0, 0, 0, samples)])
+    assert record.segment.tolist() == [0, 0, 1, 0] and record.sessions().tolist() == [True, True, False, True]
+    assert record.session_last_rows().tolist() == [0, 2, 2, 3]
+    assert rollout_table(record).column("segment").to_pylist() == [0, 0, 1, 0]
+
+    for wrong in (
+        [_segment(0, 0), _segment(1, 1), _segment(2, 0)],
+        [_segment(0, 0), _segment(1, 0), _segment(2, 0), _segment(1, 1)],
+    ):
+        with pytest.raises(GroupShapeError, match="group 0 has sample indices"):
+            assemble(requests, [GroupResult(0, 0, 0, wrong)])

@@ -24,8 +24,8 @@ def _write(record_dir: str, event: dict) -> None:
 
 async def recording_lookup(client, prompt: str, answer: str, record_dir: str, fault: str = "", **columns) -> float:
     """The lookup agent, asking to see what the gateway records of every call (prompt and sampled ids,
-    logprobs); with `fault` 'raise' or 'hang' it fails after its first call. It also tries the gateway
-    without the run's token."""
+    logprobs); with `fault` 'raise' or 'hang' it fails after its first call, with 'rewrite' its second call
+    sends a rewritten history. It also tries the gateway without the run's token."""
     session = _session(client)
     if fault == "raise first":
         raise ValueError("before any call")
@@ -42,6 +42,9 @@ async def recording_lookup(client, prompt: str, answer: str, record_dir: str, fa
         raise RuntimeError("the tool broke")
     if fault == "hang":
         await asyncio.sleep(3600)
+    if fault == "rewrite":  # the history summarised: the second call does not extend the first
+        messages = [{"role": "user", "content": "In short: " + prompt}]
+        reply = await _ask(client, messages, record_dir, session)
     searched = lookup_task._SEARCH.search(reply)
     if searched is not None:
         messages += [{"role": "assistant", "content": reply}, {"role": "tool", "content": lookup_task.lookup(searched.group(1))}]

@@ -2,7 +2,8 @@
 engines' OpenAI-compatible gateway, and what the learner trains on is what the engine sampled.
 
 The lookup run's agent (agents.py: recording_lookup) asks the gateway for its record of every call and
-writes it down; two of its prompts make the agent fail (it raises, or hangs past its deadline). The
+writes it down; three of its prompts make the agent fail (it raises, or hangs past its deadline), one makes
+it rewrite its history (agent.on_prefix_mismatch: split, the default, makes each part a sample). The
 second run is an OpenAI Agents SDK agent on the tiny chat model with a Hermes-style tool template.
 """
 
@@ -31,6 +32,7 @@ PROMPTS = [
     ("piano", "raise"),
     ("garden", "hang"),
     ("winter", "raise first"),
+    ("copper", "rewrite"),
 ]
 
 
@@ -77,6 +79,17 @@ def _session_of(rows: list[dict], records: dict) -> dict:
     return {id(row): by_sample.get((row["group_id"], row["sample_index"])) for row in rows}
 
 
+def _segments(calls: list[dict]) -> list[list[dict]]:
+    """The recorded calls cut where a call's prompt does not extend the context before it."""
+    parts, context = [], None
+    for call in calls:
+        if context is None or call["prompt_token_ids"][: len(context)] != context:
+            parts.append([])
+        parts[-1].append(call)
+        context = call["prompt_token_ids"] + call["token_ids"]
+    return parts
+
+
 def test_every_trained_token_is_one_the_engine_sampled(lookup_run):
     out, records = lookup_run
     rows = _rows(out)
@@ -85,7 +98,7 @@ def test_every_trained_token_is_one_the_engine_sampled(lookup_run):
     for row in rows:
         if row["agent_error"] is not None:
             continue
-        calls = [event for event in records[sessions[id(row)]] if event["kind"] == "call"]
+        calls = _segments([event for event in records[sessions[id(row)]] if event["kind"] == "call"])[row["segment"]]
         ids, mask, logprobs = [], [], []
         context = len(calls[0]["prompt_token_ids"])
         for call in calls:  # what the gateway says the engine saw and sampled, call by call
@@ -102,8 +115,27 @@ def test_every_trained_token_is_one_the_engine_sampled(lookup_run):
             [v for v in row["logprobs"] if v is not None], [v for v in logprobs if v is not None], atol=1e-6
         )
         checked += 1
-    assert checked >= STEPS * 4 * GENERATIONS  # every session of the four healthy prompts
+    assert checked >= STEPS * 5 * GENERATIONS  # every session of the four healthy prompts, and the rewriting one's
     assert any(row["turns"] == 2 for row in rows)  # the search, the tool's answer as a message, the answer
+
+
+def test_a_rewritten_history_is_two_samples_of_one_session(lookup_run):
+    """Both parts are trained, at the session's place in its group, with its reward and advantage; the
+    group's statistics count the session once (its advantages sum to zero over sessions, not rows)."""
+    out, _ = lookup_run
+    rows = _rows(out)
+    rewriting = [row for row in rows if row["prompt"] == lookup_task.prompt_for("copper") and row["segment"] == 1]
+    assert len(rewriting) == STEPS * GENERATIONS
+    by_place = {(row["step"], row["group_id"], row["sample_index"], row["segment"]): row for row in rows}
+    for row in rewriting:
+        first = by_place[(row["step"], row["group_id"], row["sample_index"], 0)]
+        assert first["prompt_ids"] != row["prompt_ids"] and row["prefix_mismatches"] == first["prefix_mismatches"] == 1
+        assert (first["reward"], first["advantage"]) == (row["reward"], row["advantage"])
+        group = [r for r in rows if r["group_id"] == row["group_id"] and r["segment"] == 0]
+        assert len(group) == GENERATIONS and abs(sum(r["advantage"] for r in group)) < 1e-6
+    steps = metrics(out)
+    assert all(m["agent/prefix_mismatches"] == GENERATIONS for m in steps)  # one rewriting prompt a step
+    assert all(m["samples"] == (len(PROMPTS) + 1) * GENERATIONS for m in steps)
 
 
 def test_the_learner_sees_the_engines_logprobs(lookup_run):
@@ -114,7 +146,6 @@ def test_the_learner_sees_the_engines_logprobs(lookup_run):
     # magnitude ~10 (an ulp there is ~1e-6); 6e-6 here, and 5e-5 leaves room for another CPU's kernels. A token
     # that was not the one sampled would differ by whole units.
     assert max(m["sampling/sampling_logp_difference/max"] for m in steps) <= 5e-5
-    assert all(m["agent/prefix_mismatches"] == 0 for m in steps)
 
 
 def test_failed_sessions_score_reward_error_score_and_say_why(lookup_run):
@@ -183,12 +214,14 @@ def test_an_agents_sdk_agent_gets_parsed_tool_calls_and_trains(sdk_run):
     # The SDK sends its tool call back as a message, which the template writes as <tool_call> JSON. Where that is
     # the text the model sampled, the answer's call extends the first: one sample of both calls, the tool's response
     # as context between them. The untrained model samples odd whitespace inside the JSON, which the re-written
-    # call does not have: such a history does not extend, and the answer's call alone is trained (counted).
+    # call does not have: such a history does not extend (counted), and each call is a sample of its own.
     trained = [row for row in _rows(out) if row["agent_error"] is None]
     assert trained
     for row in trained:
-        assert (row["prefix_mismatches"], row["turns"]) in {(0, 2), (1, 1)}
-    assert sum(m["agent/prefix_mismatches"] for m in steps) == sum(row["prefix_mismatches"] for row in _rows(out))
+        assert (row["prefix_mismatches"], row["turns"], row["segment"]) in {(0, 2, 0), (1, 1, 0), (1, 1, 1)}
+    sessions = [row for row in _rows(out) if row["segment"] == 0]
+    assert len(sessions) == 2 * 2 * 2
+    assert sum(m["agent/prefix_mismatches"] for m in steps) == sum(row["prefix_mismatches"] for row in sessions)
 
 
 @pytest.mark.slow

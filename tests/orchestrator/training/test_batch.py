@@ -63,3 +63,17 @@ def test_samples_of_an_older_policy_are_marked_stale():
     samples.policy_version = np.array([3, 2])
     assert "stale_rows" not in learner_batch(samples, np.array([1.0, -1.0]), PAD, learner_version=2)
     assert learner_batch(samples, np.array([1.0, -1.0]), PAD, learner_version=3)["stale_rows"].tolist() == [0, 1]
+
+
+def test_a_truncated_split_session_is_left_out_of_the_loss_in_every_segment():
+    """agent.on_prefix_mismatch: split: the session ran out of tokens in its last segment; its first segment
+    would otherwise train with the reward of a conversation cut off."""
+    request = GroupRequest(0, 0, "p", [5], 2, SamplingConfig())
+    segments = [
+        Sample(0, "a", [11], [-0.1], "stop", None, None, segment=0),
+        Sample(0, "b", [12], [-0.2], "length", None, None, segment=1),
+        Sample(1, "c", [13], [-0.3], "stop", None, None),
+    ]
+    samples = StepSamples.assemble([request], [GroupResult(0, 0, 0, segments)])
+    batch = learner_batch(samples, np.array([1.0, 1.0, -1.0]), PAD, mask_truncated=True)
+    assert batch["loss_rows"].tolist() == [0, 0, 1]

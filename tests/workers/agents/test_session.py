@@ -1,11 +1,11 @@
 """A session keeps the ids the model saw: a call that extends the conversation keeps them as sampled,
 even where re-tokenising the conversation would give other ids; a rewritten history starts a new
-segment, and only the last segment becomes the sample (plain code: no vLLM)."""
+segment, and each segment becomes a sample of its own, or only the last does (plain code: no vLLM)."""
 
 import pytest
 
 from workers.agents.session import Call, Session, SessionRefused
-from workers.agents.trajectory import to_sample
+from workers.agents.trajectory import to_samples
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_the_sample_trains_on_sampled_tokens_only(lookup_tokenizer):
     messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "S"}, {"role": "tool", "content": "b"}]
     _call(session, prompt + first + added, second, encode, decode, [*messages, {"role": "assistant", "content": "A"}])
 
-    sample = to_sample(session, 1, decode, eos_token_id=None, reward=1.0)
+    [sample] = to_samples(session, 1, decode, eos_token_id=None, reward=1.0)
     assert sample.prompt_ids == prompt
     assert sample.completion_ids == first + added + second
     assert sample.tool_mask == [1] * len(first) + [0] * len(added) + [1] * len(second)
@@ -64,16 +64,26 @@ def test_the_sample_trains_on_sampled_tokens_only(lookup_tokenizer):
     assert [m["role"] for m in sample.messages] == ["assistant", "tool", "assistant"]  # after the prompt's messages
 
 
-def test_a_rewritten_history_starts_a_new_segment_and_only_the_last_is_trained(lookup_tokenizer):
+def test_a_rewritten_history_starts_a_new_segment_trained_as_a_sample_of_its_own(lookup_tokenizer):
     encode, decode = _codec(lookup_tokenizer)
-    session = Session("g0-s2", 64, 4, "last")
-    _call(session, encode("Q: a ? A:"), encode(" answer a"), encode, decode)
+    session = Session("g0-s2", 64, 4, "split")
+    first = encode("Q: a ? A:")
+    _call(session, first, encode(" answer a"), encode, decode)
     rewritten = encode("Q: b ? A:")  # not the earlier context continued
     _call(session, rewritten, encode(" answer b"), encode, decode)
+    _call(session, rewritten + encode(" answer b") + encode(" more"), encode(" c"), encode, decode)
+    assert session.prefix_mismatches == 1
 
-    sample = to_sample(session, 2, decode, eos_token_id=None)
-    assert session.prefix_mismatches == 1 and sample.prefix_mismatches == 1
-    assert sample.prompt_ids == rewritten and sample.completion_ids == encode(" answer b") and sample.turns == 1
+    split = to_samples(session, 2, decode, eos_token_id=None, reward=0.5)
+    assert [(s.sample_index, s.segment, s.turns, s.reward) for s in split] == [(2, 0, 1, 0.5), (2, 1, 2, 0.5)]
+    assert split[0].prompt_ids == first and split[0].completion_ids == encode(" answer a")
+    assert split[1].prompt_ids == rewritten
+    assert split[1].completion_ids == encode(" answer b") + encode(" more") + encode(" c")
+    assert split[1].tool_mask == [1] * len(encode(" answer b")) + [0] * len(encode(" more")) + [1] * len(encode(" c"))
+
+    [last] = to_samples(session, 2, decode, eos_token_id=None, split=False)  # on_prefix_mismatch: last
+    assert last.segment == 0 and last.prefix_mismatches == 1
+    assert last.prompt_ids == split[1].prompt_ids and last.completion_ids == split[1].completion_ids
 
 
 def test_limits_and_the_error_setting_refuse_the_call(lookup_tokenizer):
