@@ -30,19 +30,21 @@ def test_the_groups_result_while_the_engine_lives():
     assert asyncio.run(while_alive(FakeLLM(), sessions(), every_s=0.01)) == ["outcome"]
 
 
+async def _sessions_until_cancelled(stopped: asyncio.Event):
+    """Sessions that never end by themselves (an agent retrying its failed calls); `stopped` once cancelled."""
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        stopped.set()
+        raise
+
+
 def test_a_death_mid_group_ends_it_at_once_and_stops_its_sessions():
     """An agent that retries its failed calls would otherwise run until agent.session_timeout_s."""
     llm, stopped = FakeLLM(), asyncio.Event()
 
-    async def retrying_sessions():
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            stopped.set()
-            raise
-
     async def main():
-        group = asyncio.ensure_future(while_alive(llm, retrying_sessions(), every_s=0.01))
+        group = asyncio.ensure_future(while_alive(llm, _sessions_until_cancelled(stopped), every_s=0.01))
         await asyncio.sleep(0.05)
         llm.errored = True
         with pytest.raises(EngineDeadError):
@@ -67,15 +69,8 @@ def test_sessions_that_ended_because_the_engine_died_do_not_count_as_the_agents_
 def test_cancelling_the_group_cancels_its_sessions():
     stopped = asyncio.Event()
 
-    async def sessions():
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            stopped.set()
-            raise
-
     async def main():
-        group = asyncio.ensure_future(while_alive(FakeLLM(), sessions(), every_s=0.01))
+        group = asyncio.ensure_future(while_alive(FakeLLM(), _sessions_until_cancelled(stopped), every_s=0.01))
         await asyncio.sleep(0.05)
         group.cancel()
         with pytest.raises(asyncio.CancelledError):
