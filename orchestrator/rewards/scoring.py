@@ -103,7 +103,7 @@ class RewardScorer:
         )
 
     def submit(self, requests: list[GroupRequest], results: list[GroupResult]):
-        """Start one reward task over these groups (rows: each group's samples in order); its ObjectRef."""
+        """Start one reward task over these groups (rows: each group's `scored_samples` in order); its ObjectRef."""
         import ray
 
         from orchestrator.rewards.functions import score
@@ -221,7 +221,7 @@ class StepRewards:
         timed_out: Callable[[list[int], int], dict] | None = None,
     ):
         """`submit(requests, results)` starts one reward task over those groups (rows in that
-        order, each group's samples together) and returns its ObjectRef. A task not done `timeout_s`
+        order, each group's `scored_samples` together) and returns its ObjectRef. A task not done `timeout_s`
         after its submission is cancelled and `timed_out(group ids, rows)` gives its scores or
         raises; None: no deadline."""
         self.requests = requests

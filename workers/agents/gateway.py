@@ -217,7 +217,7 @@ class Gateway:
         shown = _shown(body)
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
-            raise GatewayError(400, "prompt: the gateway takes one text prompt per call (a session is one sample)")
+            raise GatewayError(400, "prompt: the gateway takes one text prompt per call (one session, one conversation)")
         request = _validated(CompletionRequest, self._overrides(open_, body, "max_tokens", 0))
         rendered = self._llm.get_tokenizer()(prompt, add_special_tokens=request.add_special_tokens)["input_ids"]
         ids, new_segment = open_.session.prompt_ids(rendered, self._encode, self._decode)
@@ -312,7 +312,7 @@ class Gateway:
             if body.get("stream"):
                 raise GatewayError(400, "stream: the gateway answers whole responses; call with stream=False")
             if body.get("n", 1) != 1:
-                raise GatewayError(400, f"n={body['n']}: a session is one sample; call with n=1")
+                raise GatewayError(400, f"n={body['n']}: a session is one conversation; call with n=1")
             return await handler(open_, body)
 
         return call

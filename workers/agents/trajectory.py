@@ -25,7 +25,7 @@ def segments(calls: list[Call]) -> list[list[Call]]:
     return [calls[begin:end] for begin, end in zip(bounds, bounds[1:])]
 
 
-def to_samples(
+def session_samples(
     session: Session,
     sample_index: int,
     decode: Callable[[list[int]], str],
@@ -45,7 +45,14 @@ def to_samples(
 
 
 def _segment_sample(
-    calls: list[Call], segment: int, session: Session, sample_index: int, decode, eos_token_id, reward, error
+    calls: list[Call],
+    segment: int,
+    session: Session,
+    sample_index: int,
+    decode: Callable[[list[int]], str],
+    eos_token_id: int | None,
+    reward: float | None,
+    error: str | None,
 ) -> Sample:
     ids, logprobs, mask = [], [], []
     context = len(calls[0].prompt_ids)

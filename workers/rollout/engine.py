@@ -17,6 +17,7 @@ import gc
 import itertools
 import json
 import os
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Literal
 
@@ -90,13 +91,14 @@ def max_lora_rank(config: RolloutConfig, rank: int) -> int:
     return next(allowed for allowed in LORA_RANKS if allowed >= rank)
 
 
-async def while_alive(llm, work, every_s: float = ENGINE_CHECK_S):
+async def while_alive(llm, work: Awaitable, every_s: float = ENGINE_CHECK_S):
     """`work`'s result, unless vLLM's engine process (`llm`: its `AsyncLLM`) dies before or as it ends: then
     vLLM's `EngineDeadError`, so that the pool replaces the engine and sends the group elsewhere. Agent groups
     need this: their model calls go through the gateway, which answers a dead engine with an error each
     session's agent sees, so the sessions would end as the agent's own failures (scored `reward_error_score`,
     or stopping the run), or, for an agent that retries, only at `agent.session_timeout_s`."""
     task = asyncio.ensure_future(work)
+    task.add_done_callback(_retrieved)
     try:
         while not task.done() and not llm.errored:
             await asyncio.wait({task}, timeout=every_s)
@@ -107,6 +109,13 @@ async def while_alive(llm, work, every_s: float = ENGINE_CHECK_S):
         await asyncio.gather(task, return_exceptions=True)
         raise llm.dead_error
     return task.result()
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    """Reads a finished future's error: a cancelled `asyncio.gather` holds its CancelledError as one, which
+    nobody awaits once its group was cancelled (asyncio would log it as never retrieved)."""
+    if not future.cancelled():
+        future.exception()
 
 
 class RolloutEngine:
@@ -239,8 +248,8 @@ class RolloutEngine:
 
     async def _agent_samples(self, request: GroupRequest) -> list[Sample]:
         """Agent groups: the user's function runs one session per sample (workers/agents/), all at once;
-        each session's recorded calls become its sample."""
-        from workers.agents.trajectory import to_samples, unanswered_sample
+        each session's recorded calls become its sample, or one per segment when its history was rewritten."""
+        from workers.agents.trajectory import session_samples, unanswered_sample
 
         use = request.agent
         gateway = await self.started_gateway(use)
@@ -266,7 +275,7 @@ class RolloutEngine:
         samples = []
         for index, (session, outcome) in enumerate(zip(sessions, outcomes)):
             if session.calls:
-                samples += to_samples(session, index, decode, self._eos_id, outcome.reward, outcome.error, split)
+                samples += session_samples(session, index, decode, self._eos_id, outcome.reward, outcome.error, split)
             else:
                 error = outcome.error or f"session {session.key} made no model call"
                 samples.append(unanswered_sample(request.prompt_ids, index, self._eos_id, error))

@@ -3,7 +3,7 @@ call as a careful agent would): the pool replaces the engine and the step's grou
 fresh sessions. No session is scored as the agent's failure, nothing is lost or duplicated, and the run counts
 the engine it replaced.
 
-Marked slow (about 2 minutes on 2 cores; the replacement engine's start is most of it): `make test
+Marked slow (about 1.5 minutes on 2 cores; the replacement engine's start is most of it): `make test
 PYTEST_ARGS="-m slow"` runs it. tests/workers/rollout/test_while_alive.py covers the engine's side fast."""
 
 import json

@@ -5,7 +5,7 @@ segment, and each segment becomes a sample of its own, or only the last does (pl
 import pytest
 
 from workers.agents.session import Call, Session, SessionRefused
-from workers.agents.trajectory import to_samples
+from workers.agents.trajectory import session_samples
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_the_sample_trains_on_sampled_tokens_only(lookup_tokenizer):
     messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "S"}, {"role": "tool", "content": "b"}]
     _call(session, prompt + first + added, second, encode, decode, [*messages, {"role": "assistant", "content": "A"}])
 
-    [sample] = to_samples(session, 1, decode, eos_token_id=None, reward=1.0)
+    [sample] = session_samples(session, 1, decode, eos_token_id=None, reward=1.0)
     assert sample.prompt_ids == prompt
     assert sample.completion_ids == first + added + second
     assert sample.tool_mask == [1] * len(first) + [0] * len(added) + [1] * len(second)
@@ -74,14 +74,14 @@ def test_a_rewritten_history_starts_a_new_segment_trained_as_a_sample_of_its_own
     _call(session, rewritten + encode(" answer b") + encode(" more"), encode(" c"), encode, decode)
     assert session.prefix_mismatches == 1
 
-    split = to_samples(session, 2, decode, eos_token_id=None, reward=0.5)
+    split = session_samples(session, 2, decode, eos_token_id=None, reward=0.5)
     assert [(s.sample_index, s.segment, s.turns, s.reward) for s in split] == [(2, 0, 1, 0.5), (2, 1, 2, 0.5)]
     assert split[0].prompt_ids == first and split[0].completion_ids == encode(" answer a")
     assert split[1].prompt_ids == rewritten
     assert split[1].completion_ids == encode(" answer b") + encode(" more") + encode(" c")
     assert split[1].tool_mask == [1] * len(encode(" answer b")) + [0] * len(encode(" more")) + [1] * len(encode(" c"))
 
-    [last] = to_samples(session, 2, decode, eos_token_id=None, split=False)  # on_prefix_mismatch: last
+    [last] = session_samples(session, 2, decode, eos_token_id=None, split=False)  # on_prefix_mismatch: last
     assert last.segment == 0 and last.prefix_mismatches == 1
     assert last.prompt_ids == split[1].prompt_ids and last.completion_ids == split[1].completion_ids
 

@@ -79,3 +79,25 @@ def test_cancelling_the_group_cancels_its_sessions():
         assert stopped.is_set()
 
     asyncio.run(main())
+
+
+def test_a_cancelled_group_of_gathered_sessions_leaves_no_unread_error(caplog):
+    """The engine passes `asyncio.gather(...)` itself: cancelled with its group (rollout.request_timeout_s, a
+    failed weight load), its CancelledError must not be logged as never retrieved."""
+    import gc
+    import logging
+
+    async def main():
+        stopped = asyncio.Event()
+        group = asyncio.ensure_future(while_alive(FakeLLM(), asyncio.gather(_sessions_until_cancelled(stopped)), every_s=0.01))
+        await asyncio.sleep(0.05)
+        group.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await group
+        await asyncio.sleep(0.01)
+        assert stopped.is_set()
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(main())
+        gc.collect()
+    assert "never retrieved" not in caplog.text
