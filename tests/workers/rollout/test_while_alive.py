@@ -66,22 +66,8 @@ def test_sessions_that_ended_because_the_engine_died_do_not_count_as_the_agents_
         asyncio.run(while_alive(llm, failing_sessions(), every_s=10.0))
 
 
-def test_cancelling_the_group_cancels_its_sessions():
-    stopped = asyncio.Event()
-
-    async def main():
-        group = asyncio.ensure_future(while_alive(FakeLLM(), _sessions_until_cancelled(stopped), every_s=0.01))
-        await asyncio.sleep(0.05)
-        group.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await group
-        await asyncio.sleep(0)
-        assert stopped.is_set()
-
-    asyncio.run(main())
-
-
-def test_a_cancelled_group_of_gathered_sessions_leaves_no_unread_error(caplog):
+@pytest.mark.parametrize("gathered", [False, True], ids=["coroutine", "gather"])
+def test_cancelling_the_group_cancels_its_sessions_and_leaves_no_unread_error(gathered, caplog):
     """The engine passes `asyncio.gather(...)` itself: cancelled with its group (rollout.request_timeout_s, a
     failed weight load), its CancelledError must not be logged as never retrieved."""
     import gc
@@ -89,7 +75,8 @@ def test_a_cancelled_group_of_gathered_sessions_leaves_no_unread_error(caplog):
 
     async def main():
         stopped = asyncio.Event()
-        group = asyncio.ensure_future(while_alive(FakeLLM(), asyncio.gather(_sessions_until_cancelled(stopped)), every_s=0.01))
+        sessions = _sessions_until_cancelled(stopped)
+        group = asyncio.ensure_future(while_alive(FakeLLM(), asyncio.gather(sessions) if gathered else sessions, every_s=0.01))
         await asyncio.sleep(0.05)
         group.cancel()
         with pytest.raises(asyncio.CancelledError):
