@@ -123,7 +123,8 @@ def _bench_parser(commands) -> None:
         "pass, on 64 samples of the realistic case: about two minutes; real-size: Qwen2.5-0.5B's architecture at full "
         "size, random weights, trains --steps steps while the node's memory is sampled: its peak by component and the "
         "weight sync's speed, several minutes and most of a 24 GB machine; agent: the lookup task as the engine's tool "
-        "loop and as an agent through the gateway, --steps steps each, samples/s side by side, a few minutes)",
+        "loop and as an agent through the gateway, --steps steps each, on the lookup model and on one of the bench "
+        "model's size (pre-trained once, about 10 minutes), samples/s side by side, about 8 minutes)",
     )
     p.add_argument(
         "--samples", default="64,256,1024", help="learner-memory: samples per step, comma-separated (default: %(default)s)"

@@ -1,7 +1,13 @@
 """The lookup task two ways, side by side: the engine's own text-tag tool loop (configs/tools/lookup.yaml)
 and the same task as an agent through the engines' OpenAI-compatible gateway (configs/agents/lookup.yaml).
 Each is a `train` run of its shipped config in a process of its own, for the same number of steps; the
-figures are its steady steps' (step 1 pays for first-request set-up)."""
+figures are its steady steps' (step 1 pays for first-request set-up).
+
+Both ways run on two models pre-trained on the task: the shipped lookup model (0.1M parameters), where
+a model call costs the engine a couple of milliseconds, so the gateway's fixed cost per call (HTTP, the
+OpenAI client, vLLM's chat serving) is most of a step; and one of the bench model's size (hidden 512, 6
+layers, 21M parameters, as in the fixed and realistic cases), where model calls and the learner's step
+cost what a small real model's do."""
 
 from __future__ import annotations
 
@@ -12,19 +18,39 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.builtin.tiny_model import TinyModelSpec, tiny_model
+
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 WAYS = {"tool loop": CONFIGS / "tools" / "lookup.yaml", "agent": CONFIGS / "agents" / "lookup.yaml"}
+# The bench model's shape, pre-trained on the lookup corpus (about 10 minutes on one core, once; cached).
+BENCH_SIZE = TinyModelSpec(task="lookup", hidden_size=512, intermediate_size=1536, num_layers=6, num_heads=8, learning_rate=5e-4)
+BENCH_SIZE_LEARNING_RATE = 1e-4  # the configs' 1e-3 is the tiny model's; at this size it collapses the policy in a few steps
+
+
+MODELS = ("lookup model", "bench size")
 
 
 def measure(steps: int, out_dir: Path) -> dict:
-    """{way: figures} for both ways, the agent's samples/s as a share of the tool loop's, and what one
-    call costs through each layer (`per_call`)."""
+    """{model: {way: figures, agent_vs_tool_loop}} for both models, and what one call costs through each
+    layer on the lookup model (`per_call_ms`)."""
     import asyncio
 
-    figures = {way: _run(config, steps, out_dir / way.replace(" ", "-")) for way, config in WAYS.items()}
-    figures["agent_vs_tool_loop"] = figures["agent"]["samples_per_s"] / figures["tool loop"]["samples_per_s"]
+    figures = {}
+    for model in MODELS:
+        overrides = _overrides(model)
+        folder = out_dir / model.replace(" ", "-")
+        ways = {way: _run(config, steps, folder / way.replace(" ", "-"), overrides) for way, config in WAYS.items()}
+        figures[model] = {**ways, "agent_vs_tool_loop": ways["agent"]["samples_per_s"] / ways["tool loop"]["samples_per_s"]}
     figures["per_call_ms"] = asyncio.run(per_call(out_dir / "engine"))
     return figures
+
+
+def _overrides(model: str) -> list[str]:
+    """What the shipped configs' command line changes for `model` (nothing for the lookup model)."""
+    if model == "lookup model":
+        return []
+    built = tiny_model(BENCH_SIZE)
+    return [f"model={built.model_dir}", f"tokenizer={built.tokenizer_dir}", f"learning_rate={BENCH_SIZE_LEARNING_RATE}"]
 
 
 CALLS = 100  # per layer, one at a time
@@ -105,11 +131,11 @@ def _lookup_engine_files(folder: Path) -> tuple[str, Path]:
     return model, folder
 
 
-def _run(config: Path, steps: int, out: Path) -> dict:
+def _run(config: Path, steps: int, out: Path, overrides: list[str]) -> dict:
     if not config.is_file():
         raise FileNotFoundError(f"{config}: bench --only agent runs the repository's shipped configs; run it from a checkout")
     command = [sys.executable, "-m", "orchestrator", "-q", "train", "--config", str(config), f"max_steps={steps}"]
-    subprocess.run([*command, f"output_dir={out}", "plot_steps=1000000", "save_steps=0"], check=True)
+    subprocess.run([*command, *overrides, f"output_dir={out}", "plot_steps=1000000", "save_steps=0"], check=True)
     steady = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][1:]
     return {
         # Sessions, not rows: a split agent session is several rows (neither way splits on this task).
@@ -117,6 +143,7 @@ def _run(config: Path, steps: int, out: Path) -> dict:
             np.sum([m.get("agent/sessions", m["samples"]) for m in steady]) / np.sum([m["time/step"] for m in steady])
         ),
         "generate_s": float(np.mean([m["time/generate"] for m in steady])),
+        "step_s": float(np.mean([m["time/step"] for m in steady])),
         "model_tokens_per_sample": float(np.mean([m["completion_length/mean"] for m in steady])),
         "reward_mean": float(np.mean([m["reward_mean"] for m in steady])),
         "steps": len(steady),
@@ -124,13 +151,22 @@ def _run(config: Path, steps: int, out: Path) -> dict:
 
 
 def table(result: dict) -> str:
-    rows = ["| way | samples/s | generation s/step | model tokens/sample | reward |", "|---|---|---|---|---|"]
-    for way in WAYS:
-        r = result[way]
-        rows.append(
-            f"| {way} | {r['samples_per_s']:.1f} | {r['generate_s']:.2f} | {r['model_tokens_per_sample']:.1f} | {r['reward_mean']:.3f} |"
-        )
-    rows.append(f"\nagent through the gateway: {result['agent_vs_tool_loop']:.2f}x the tool loop's samples/s")
-    rows += ["", "| one call (at most 8 tokens), one at a time | ms |", "|---|---|"]
+    rows = [
+        "| model | way | samples/s | generation s/step | step s | model tokens/sample | reward |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in MODELS:
+        for way in WAYS:
+            r = result[name][way]
+            rows.append(
+                f"| {name} | {way} | {r['samples_per_s']:.1f} | {r['generate_s']:.2f} | {r['step_s']:.2f} "
+                f"| {r['model_tokens_per_sample']:.1f} | {r['reward_mean']:.3f} |"
+            )
+    rows.append("")
+    rows += [
+        f"agent through the gateway, {name}: {result[name]['agent_vs_tool_loop']:.2f}x the tool loop's samples/s"
+        for name in MODELS
+    ]
+    rows += ["", "| one call on the lookup model (at most 8 tokens), one at a time | ms |", "|---|---|"]
     rows += [f"| {name} | {ms:.1f} |" for name, ms in result["per_call_ms"].items()]
     return "\n".join(rows)

@@ -228,7 +228,11 @@ def _agent(args: argparse.Namespace) -> int:
     from orchestrator.bench import agents
 
     machine = describe_machine()
-    print(f"agent on {machine}; the lookup task, 8 prompts x 8 samples, {args.steps} steps each way", flush=True)
+    print(
+        f"agent on {machine}; the lookup task, 8 prompts x 8 samples, {args.steps} steps each way, on the lookup "
+        "model and on one of the bench model's size (pre-trained on the task the first time, about 10 minutes)",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="bench-agent-") as folder:
         result = {**agents.measure(args.steps, Path(folder)), "machine": machine}
     print(agents.table(result))
