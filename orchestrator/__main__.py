@@ -118,7 +118,7 @@ def _bench_parser(commands) -> None:
         help="measure one part alone (generation: raw vLLM against our pool, --repeats times each, both cases, a few "
         "minutes; sync: weight sync vs memcpy, of the whole model and of a LoRA adapter, a few minutes; learner-memory: the "
         "learner's peak memory for steps of --samples samples at --max-tokens-per-micro-batch, completions as in the "
-        "realistic case, with a small and a 152k-token vocabulary: several minutes on an idle 2-core machine; "
+        "realistic case, with a small and a 152k-token vocabulary: about 25 minutes on an idle 2-core machine; "
         "correction: the learner's step time without and with the engine correction, and with an old log-probs "
         "pass, on 64 samples of the realistic case: about two minutes; real-size: Qwen2.5-0.5B's architecture at full "
         "size, random weights, trains --steps steps while the node's memory is sampled: its peak by component and the "
