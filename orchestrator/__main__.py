@@ -124,7 +124,7 @@ def _bench_parser(commands) -> None:
         "size, random weights, trains --steps steps while the node's memory is sampled: its peak by component and the "
         "weight sync's speed, several minutes and most of a 24 GB machine; agent: the lookup task as the engine's tool "
         "loop and as an agent through the gateway, --steps steps each, on the lookup model and on one of the bench "
-        "model's size (pre-trained once, about 10 minutes), samples/s side by side, about 8 minutes)",
+        "model's size (pre-trained once, about 10 minutes), samples/s side by side, then about 5 minutes)",
     )
     p.add_argument(
         "--samples", default="64,256,1024", help="learner-memory: samples per step, comma-separated (default: %(default)s)"

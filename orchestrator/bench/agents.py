@@ -3,9 +3,9 @@ and the same task as an agent through the engines' OpenAI-compatible gateway (co
 Each is a `train` run of its shipped config in a process of its own, for the same number of steps; the
 figures are its steady steps' (step 1 pays for first-request set-up).
 
-Both ways run on two models pre-trained on the task: the shipped lookup model (0.1M parameters), where
+Both ways run on two models pre-trained on the task: the shipped lookup model (0.16M parameters), where
 a model call costs the engine a couple of milliseconds, so the gateway's fixed cost per call (HTTP, the
-OpenAI client, vLLM's chat serving) is most of a step; and one of the bench model's size (hidden 512, 6
+OpenAI client, vLLM's chat serving) is about half a step; and one of the bench model's size (hidden 512, 6
 layers, 21M parameters, as in the fixed and realistic cases), where model calls and the learner's step
 cost what a small real model's do."""
 
