@@ -24,9 +24,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 WAYS = {"tool loop": CONFIGS / "tools" / "lookup.yaml", "agent": CONFIGS / "agents" / "lookup.yaml"}
 # The bench model's shape, pre-trained on the lookup corpus (about 10 minutes on one core, once; cached).
 BENCH_SIZE = TinyModelSpec(task="lookup", hidden_size=512, intermediate_size=1536, num_layers=6, num_heads=8, learning_rate=5e-4)
-BENCH_SIZE_LEARNING_RATE = 1e-4  # the configs' 1e-3 is the tiny model's; at this size it collapses the policy in a few steps
-
-
+BENCH_SIZE_LEARNING_RATE = 1e-4  # the configs' 1e-3 is the tiny model's; at this size it collapses the policy after one step
 MODELS = ("lookup model", "bench size")
 
 
