@@ -274,11 +274,8 @@ class StepRewards:
             task = get(ref)
             row = 0
             for position, (group_id, rows) in enumerate(groups):
-                split = rows[-1] + 1 < len(rows)  # a split session's rows share one row of scores
                 scores[group_id] = {
-                    key: (value if position == 0 else 0)
-                    if key == "reward_errors"
-                    else ([value[row + i] for i in rows] if split else value[row : row + len(rows)])
+                    key: (value if position == 0 else 0) if key == "reward_errors" else [value[row + i] for i in rows]
                     for key, value in task.items()
                 }
                 row += rows[-1] + 1
