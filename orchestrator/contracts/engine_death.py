@@ -29,8 +29,9 @@ class EngineWedgedError(RuntimeError):
 
 
 class EngineDiedError(RuntimeError):
-    """An engine that is not vLLM's (a simulated one, bench/simulated_engines.py) died; vLLM's engines
-    raise vLLM's own errors."""
+    """An engine died, and the message says why: a vLLM engine whose processes logged the root cause
+    (workers/rollout/start_failure.py), or a simulated one (bench/simulated_engines.py). A vLLM engine
+    whose cause was not found raises vLLM's own `EngineDeadError`."""
 
 
 def engine_death_types() -> tuple[type[BaseException], ...]:

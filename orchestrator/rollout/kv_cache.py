@@ -1,9 +1,9 @@
 """How much KV cache a CPU engine needs for the work it will be given.
 
 vLLM's CPU backend cannot size its KV cache from free memory when engines share a machine, so it
-is set explicitly. Too small is worse than slow: vLLM preempts running sequences, recomputes them,
-and on the CPU backend a preempted *seeded* request crashes the engine ("CPU Generator does not
-use offset"). So the pool sizes the cache for every sample it may hold in flight at full length.
+is set explicitly. Too small is slow: vLLM preempts running sequences and computes them again. So the
+pool sizes the cache for every sample it may hold in flight at full length. (A preempted request comes
+back as one whole prefill: CPU engines never prefill in chunks, workers/rollout/engine.py says why.)
 """
 
 from __future__ import annotations

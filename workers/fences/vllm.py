@@ -10,9 +10,15 @@ vLLM makes no promise about.
 Before a LoRA run starts, `supports_lora` asks vLLM's model registry whether the model's
 architecture takes adapters, through a private lookup (`ModelRegistry._try_load_model_cls`).
 
+Not an internal, but a behaviour of this release that the engines work around: after a partial
+(chunked) prefill vLLM 0.32 rewinds the request's generator (`vllm/v1/worker/gpu_model_runner.py:3502`,
+`gen.set_offset(...)`), which a CPU generator refuses, killing the engine for any seeded request; so CPU
+engines start with `enable_chunked_prefill=False` (workers/rollout/engine.py: `engine_args`).
+
 Importing this module checks the installed vLLM and refuses another release: move `PINNED` only
 after comparing `pause_keep_requests` with `AsyncLLM.pause_generation` in the new
-`vllm/v1/engine/async_llm.py`, and `supports_lora` with `vllm/model_executor/models/registry.py`.
+`vllm/v1/engine/async_llm.py`, `supports_lora` with `vllm/model_executor/models/registry.py`, and
+whether `_bookkeeping_sync` still rewinds generators (if not, CPU engines may prefill in chunks again).
 """
 
 from __future__ import annotations

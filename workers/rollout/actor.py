@@ -46,6 +46,7 @@ class RolloutWorker:
         self._reaper = None  # reaper.py: ends the vLLM processes if this actor dies (it goes with it)
         self._engine = None
         self._groups: GroupQueue | None = None
+        self._logged: dict[int, int] = {}  # where the engine's logs ended when it last served well
         self._tools = None
 
     async def start(self) -> TokenizerFingerprint:
@@ -61,6 +62,7 @@ class RolloutWorker:
             self._engine = RolloutEngine(*self._args, call_tool=self._tools, address=self.node_address())
             await self._engine.warm_up()
             self._groups = GroupQueue(self._engine.generate, capacity=self._args[3].max_inflight_samples)
+            self._logged = start_failure.log_offsets()  # where to look for the cause if it dies (start_failure.py)
         except Exception as error:
             self._clean_up_failed_start()
             cause = start_failure.root_cause(began)
@@ -80,7 +82,15 @@ class RolloutWorker:
     async def exchange(self, batch: int, requests: list[GroupRequest], linger_s: float, refill_at: int | None) -> Collected:
         """Take more groups of driver batch `batch` and hand back those finished (group_queue.py)."""
         self._groups.submit(batch, requests)
-        return await self._groups.collect(batch, linger_s, refill_at)
+        try:
+            collected = await self._groups.collect(batch, linger_s, refill_at)
+        except Exception as error:
+            explained = start_failure.explained_death(error, self._logged)
+            if explained is error:
+                raise
+            raise explained from error
+        self._logged = start_failure.log_offsets()
+        return collected
 
     def submit(self, batch: int, requests: list[GroupRequest]) -> None:
         """Take more groups while an `exchange` call is already waiting."""

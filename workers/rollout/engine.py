@@ -72,6 +72,13 @@ def engine_args(
         # workers inside the actor's placement group, which has no bundle left for them.
         distributed_executor_backend="mp" if config.tensor_parallel_size > 1 else None,
         max_num_seqs=config.max_inflight_samples,  # never schedule more than the KV cache was sized for
+        # On CPU a prompt is never prefilled in chunks: vLLM 0.32 discards the token it samples after a partial
+        # prefill and rewinds that request's generator (gpu_model_runner.py:3502, `gen.set_offset`), which only
+        # CUDA generators can do, so a seeded request whose prefill was cut at the step's token budget (an engine
+        # handed more prompt tokens than `max_num_batched_tokens` at once) killed the engine ("CPU Generator does
+        # not use offset"). Without chunking, vLLM admits whole prompts while they fit the budget (raised to the
+        # context if smaller) and the rest wait a step; a preempted request comes back as one whole prefill too.
+        enable_chunked_prefill=False if on_cpu else None,
         logprobs_mode="processed_logprobs",  # logprobs of the distribution actually sampled
         enforce_eager=on_cpu if config.enforce_eager is None else config.enforce_eager,
         disable_log_stats=True,

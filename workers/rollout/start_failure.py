@@ -1,19 +1,21 @@
-"""Why a vLLM engine failed to start, in one line.
+"""Why a vLLM engine failed to start, or died while serving, in one line.
 
-When vLLM's engine process (or one of its workers) fails while starting, it logs the traceback of
-what went wrong and the engine raises `EngineDeadError: EngineCore encountered an issue. See stack
-trace (above) for the root cause.` (or `Engine core initialization failed. See root cause above`):
-the error the driver gets says nothing. Those processes write to the engine actor's stdout and
-stderr, which they inherit and which Ray keeps in files on the node. So the actor notes where those
-files end before the engine starts, and on a failure the first exception line written after that, the
-root cause (`RuntimeError: Unsupported CPU attention configuration: head_dim=16 ...`, `ValueError:
-To serve at least one request with the model's max seq len ...`), goes into the actor's error.
+When vLLM's engine process (or one of its workers) fails, it logs the traceback of what went wrong
+and the engine raises `EngineDeadError: EngineCore encountered an issue. See stack trace (above) for
+the root cause.` (or `Engine core initialization failed. See root cause above`): the error the driver
+gets says nothing. Those processes write to the engine actor's stdout and stderr, which they inherit
+and which Ray keeps in files on the node. So the actor notes where those files end before the engine
+starts (and again after each exchange of groups that went well), and on a failure the first exception
+line written after that, the root cause (`RuntimeError: Unsupported CPU attention configuration:
+head_dim=16 ...`, `ValueError: To serve at least one request with the model's max seq len ...`,
+`RuntimeError: CPU Generator does not use offset`), goes into the actor's error.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 
 # `SomeError: message`, alone or after a log prefix ("(Worker pid=1) ERROR 11-24 05:08:28 [file.py:1063] ").
 _EXCEPTION_LINE = re.compile(r"(?:^|\] )((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): (\S.*)$")
@@ -24,6 +26,20 @@ READ_LIMIT = 4 << 20  # bytes of log read after the start began
 
 class EngineStartError(RuntimeError):
     """vLLM's engine failed while starting; the message is the root cause its processes logged."""
+
+
+def explained_death(error: BaseException, offsets: dict[int, int], proc: str = "/proc/self/fd") -> BaseException:
+    """The error to raise for `error`, which a serving engine's call failed with: for vLLM's
+    `EngineDeadError` whose processes logged a root cause after `offsets`, an `EngineDiedError` that says
+    it (the pool still replaces the engine: orchestrator/contracts/engine_death.py); else `error` itself."""
+    from orchestrator.contracts.engine_death import VLLM_ENGINE_ERRORS, EngineDiedError
+
+    vllm_errors = sys.modules.get(VLLM_ENGINE_ERRORS)  # loaded wherever an engine runs
+    if vllm_errors is None or not isinstance(error, vllm_errors.EngineDeadError):
+        return error
+    if (cause := root_cause(offsets, proc)) is None:
+        return error
+    return EngineDiedError(f"vLLM's engine process died: {cause}")
 
 
 def log_offsets() -> dict[int, int]:

@@ -114,3 +114,19 @@ def test_every_real_engine_answers_the_health_check(pool):
 
     answers = ray.get([actor.responsive.remote(5.0) for actor in pool.engines.actors.values()], timeout=60)
     assert answers == [True, True]
+
+
+def test_seeded_groups_with_more_prompt_tokens_than_an_engine_step_takes_kill_no_engine(pool, learner_tokenizer):
+    """vLLM prefills at most `max_num_batched_tokens` tokens per engine step (2048 for these engines). With
+    chunked prefill a prompt cut at that budget has the token sampled after its first chunk discarded and
+    its generator rewound, which a CPU generator cannot do: the engine died ("CPU Generator does not use
+    offset") as soon as one engine held seeded samples with more prompt tokens than that, as after a drain
+    moved another engine's groups to it. CPU engines prefill whole prompts (workers/rollout/engine.py)."""
+    prompt = " ".join(search_task.prompts(12, seed=11))
+    ids = learner_tokenizer(prompt)["input_ids"]
+    groups, n = 64, 4
+    assert len(ids) * groups * n / len(pool.engines.actors) > 2 * 2048  # each engine is given more than a step takes
+    restarts = pool.restarts
+    rows = _generate(pool, learner_tokenizer, [prompt] * groups, n, max_tokens=2, ignore_eos=True, seed=5)
+    assert len(rows) == groups * n and all(len(row["completion_ids"]) == 2 for row in rows)
+    assert pool.restarts == restarts  # no engine died

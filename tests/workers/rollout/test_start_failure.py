@@ -37,3 +37,34 @@ def test_a_traceback_on_stderr_counts_and_pointers_alone_give_nothing(tmp_path):
     fds, offsets = _logs(only_pointers, pointers)
     assert root_cause(offsets, proc=fds) is None
     assert root_cause({}, proc=fds) is None  # stdout and stderr were not files
+
+
+# What a CPU engine logged when a seeded request's prefill was cut at the token budget (vLLM 0.32).
+DEATH_OUT = """\
+(Worker pid=2869) ERROR 11-29 01:45:38 [multiproc_executor.py:1063] Traceback (most recent call last):
+(Worker pid=2869) ERROR 11-29 01:45:38 [multiproc_executor.py:1063]   File "vllm/v1/worker/gpu_model_runner.py", line 3502, in _bookkeeping_sync
+(Worker pid=2869) ERROR 11-29 01:45:38 [multiproc_executor.py:1063]     gen.set_offset(gen.get_offset() - 4)
+(Worker pid=2869) ERROR 11-29 01:45:38 [multiproc_executor.py:1063] RuntimeError: CPU Generator does not use offset
+(EngineCore pid=2856) ERROR 11-29 01:45:38 [core.py:1512] EngineCore encountered a fatal error.
+(EngineCore pid=2856) ERROR 11-29 01:45:38 [core.py:1512] RuntimeError: Worker failed with error 'CPU Generator does not use offset', please check the stack trace above for the root cause
+"""
+
+
+def test_a_serving_engines_death_names_its_root_cause_and_still_counts_as_a_death(tmp_path):
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    from orchestrator.contracts.engine_death import engine_death_types, reason
+    from workers.rollout.start_failure import explained_death
+
+    served = "ValueError: a failure logged while the engine last served well\n"
+    fds, offsets = _logs(tmp_path, DEATH_OUT, before=served)
+    explained = explained_death(EngineDeadError(), offsets, proc=fds)
+    assert isinstance(explained, engine_death_types())  # the pool replaces it and sends its groups elsewhere
+    assert reason(explained) == "EngineDiedError: vLLM's engine process died: RuntimeError: CPU Generator does not use offset"
+    other = ValueError("a group's own failure")
+    assert explained_death(other, offsets, proc=fds) is other
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    quiet_fds, quiet_offsets = _logs(quiet, "", before=served)
+    dead = EngineDeadError()
+    assert explained_death(dead, quiet_offsets, proc=quiet_fds) is dead  # no cause found: vLLM's own error
