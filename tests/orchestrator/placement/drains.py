@@ -1,5 +1,6 @@
-"""What the drain tests share: where an actor runs on a `ray.cluster_utils.Cluster`, and Ray's own
-`ray drain-node`, as a cloud's preemption notice reaches a node through Ray's autoscaler."""
+"""What the drain and node-loss tests share: where an actor runs on a `ray.cluster_utils.Cluster`, Ray's
+own `ray drain-node`, as a cloud's preemption notice reaches a node through Ray's autoscaler, and a node
+taken away as a machine is."""
 
 import os
 import shutil
@@ -24,3 +25,40 @@ def drain(cluster, node_id: str, deadline_s: int) -> None:
          f"--deadline-remaining-seconds={deadline_s}"],
         check=True, timeout=60, env={**os.environ, "RAY_ADDRESS": cluster.address},
     )  # fmt: skip
+
+
+def node_processes(node) -> list:
+    """The node's raylet and everything it started: workers and their vLLM EngineCore processes."""
+    import psutil
+
+    raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+    return [raylet, *raylet.children(recursive=True)]
+
+
+def cmdline(process) -> str:
+    import psutil
+
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def take_node_away(cluster, node, processes: list | None = None) -> list[str]:
+    """Kill `node` as a machine that goes (SIGKILL to its raylet and Ray's processes on it) and return the
+    command lines of its `processes` (default: `node_processes(node)` now) that were still running 30 s
+    later, killed then. vLLM's processes outlive their raylet and actor unless the engine's reaper
+    (workers/rollout/reaper.py) ends them. What they mapped in /dev/shm is removed too: a machine takes
+    its /dev/shm along, but these nodes share this one's."""
+    import psutil
+
+    from workers.rollout.shared_memory import mapped_by, remove_leftovers
+
+    processes = node_processes(node) if processes is None else processes
+    shared = mapped_by(p.pid for p in processes)
+    cluster.remove_node(node, allow_graceful=False)
+    _, orphans = psutil.wait_procs(processes, timeout=30)
+    for process in orphans:
+        process.kill()
+    remove_leftovers(shared)
+    return [cmdline(p) for p in orphans]

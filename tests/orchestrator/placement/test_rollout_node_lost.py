@@ -11,11 +11,10 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from workers.rollout.shared_memory import mapped_by, remove_leftovers
+from tests.orchestrator.placement.drains import cmdline, node_processes, take_node_away
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
@@ -36,19 +35,6 @@ FAST_HEALTH_CHECKS = {
     "health_check_timeout_ms": 500,
     "health_check_failure_threshold": 3,
 }
-
-
-def _descendants(node) -> list[psutil.Process]:
-    """The node's raylet and everything it started: workers and their vLLM EngineCore processes."""
-    raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
-    return [raylet, *raylet.children(recursive=True)]
-
-
-def _cmdline(process: psutil.Process) -> str:
-    try:
-        return " ".join(process.cmdline())
-    except psutil.Error:
-        return ""
 
 
 @pytest.fixture
@@ -87,18 +73,10 @@ def test_run_finishes_on_the_surviving_rollout_node(cluster, tmp_path, lora):
             assert proc.poll() is None and time.monotonic() < deadline, "the run ended or stalled before step 2"
             time.sleep(0.05)
         lost, survivor = cluster.rollout
-        processes = _descendants(lost)
-        assert any("EngineCore" in _cmdline(p) for p in processes)
-        lost_shm = mapped_by(p.pid for p in processes)
+        processes = node_processes(lost)
+        assert any("EngineCore" in cmdline(p) for p in processes)
         killed_at = time.monotonic()
-        cluster.remove_node(lost, allow_graceful=False)  # SIGKILL to the raylet and its node's Ray processes
-        # vLLM's EngineCore and worker processes outlive their raylet and actor unless the engine's
-        # reaper (workers/rollout/reaper.py) ends them; any still there after 30 s fail the test
-        _, orphans = psutil.wait_procs(processes, timeout=30)
-        for process in orphans:
-            process.kill()
-        orphans = [_cmdline(p) for p in orphans]
-        remove_leftovers(lost_shm)  # a lost machine takes its /dev/shm along; these nodes share this one's
+        orphans = take_node_away(cluster, lost, processes)  # any process still there after 30 s fails the test
         proc.wait(timeout=600)
         print(f"run finished {time.monotonic() - killed_at:.0f}s after the node loss; orphans: {orphans}")
     finally:
