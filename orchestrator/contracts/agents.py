@@ -50,8 +50,14 @@ class AgentConfig(StrictModel):
     )
     host: str | None = Field(
         None,
-        description="Address the engines' gateways listen on; None: the node's own cluster address (never 0.0.0.0 "
-        "unless set here). Every request must carry the run's token (`Authorization: Bearer ...`).",
+        description="Address the engines' gateways listen on; None: loopback (127.0.0.1), since the agents run in "
+        "their engine's own process. Set a node address only for agents that call from elsewhere (docs: Security). "
+        "Every request must carry the run's token (`Authorization: Bearer ...`).",
+    )
+    max_request_bytes: int = Field(
+        8 << 20,
+        ge=1024,
+        description="Largest request body the gateway reads; a larger one is refused (413) before it is read whole.",
     )
 
 

@@ -11,7 +11,11 @@ framework on top of the OpenAI client needs nothing but that URL and the run's t
 call of a session is rendered by vLLM, then handed to the engine as token ids that keep the session's
 earlier context exactly as sampled (session.py); the run's sampling settings replace the agent's
 (temperature, top_p, top_k, penalties, seed), and `max_tokens` is cut to the session's model tokens left.
-A request without the run's token is refused (401); the server listens on the node's own address.
+A request without the run's token is refused (401). The server listens on loopback unless `agent.host`
+says otherwise, and bounds what a client can make it hold before any token is checked: a request's
+header (`MAX_HEADER_BYTES`, h11's cap on an unfinished event), its body (`agent.max_request_bytes`, read
+in chunks and refused once past it) and the connections open at once (`max_connections`, uvicorn's
+`limit_concurrency`: 503 beyond it).
 
 vLLM's serving classes are used here and nowhere else.
 """
@@ -39,6 +43,7 @@ SERVED_MODEL = "policy"
 # How long an idle connection stays open. The sessions' HTTP client drops its idle connections sooner
 # (runner.py), so it never sends a request on one the server is closing at that moment.
 KEEP_ALIVE_S = 120
+MAX_HEADER_BYTES = 64 << 10  # a request line and headers; an agent's are a few hundred bytes
 _NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0, "use_beam_search": False}
 # Request fields refused: they change the distribution sampled in ways the learner cannot reproduce, or
 # make vLLM see other ids than the ones recorded (echo re-renders; the transfer params carry ids).
@@ -93,27 +98,10 @@ class Gateway:
         self._serving = None
         self.url = None
 
-    async def start(self, host: str) -> str:
-        """Listen on `host` (a free port) and return the base URL."""
-        import uvicorn
-
+    async def start(self, host: str, max_connections: int) -> str:
+        """Listen on `host` (a free port), for at most `max_connections` at once, and return the base URL."""
         self._serving = await _VllmServing.build(self._llm, self.config.tool_call_parser)
-        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        # Accepted connections inherit it: without it, a response's header and body writes wait out the
-        # client's delayed ACK (40 ms per call on Linux, most of a short call's time).
-        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        listener.bind((host, 0))
-        listener.listen(socket.SOMAXCONN)  # every session of a step connects at once: 256 by default
-        self._server = _Server(
-            uvicorn.Config(self._app(), log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=KEEP_ALIVE_S)
-        )
-        self._task = asyncio.ensure_future(self._server.serve(sockets=[listener]))
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()  # raises what stopped it
-            await asyncio.sleep(0.01)
-        address = f"[{host}]" if ":" in host else host
-        self.url = f"http://{address}:{listener.getsockname()[1]}"
+        self._server, self._task, self.url = await serve(self._app(), host, max_connections)
         return self.url
 
     def open(self, key: str, token: str, sampling: SamplingConfig, group_id: int, sample_index: int) -> Session:
@@ -285,7 +273,7 @@ class Gateway:
             async def endpoint(request: Request, session: str | None = None):
                 try:
                     open_ = self._authorized(request.headers.get("authorization"), session)
-                    body = await request.json() if request.method == "POST" else {}
+                    body = await json_body(request, self.config.max_request_bytes) if request.method == "POST" else {}
                     if not isinstance(body, dict):
                         raise GatewayError(400, "the request body must be a JSON object")
                     return JSONResponse(await handler(open_, body))
@@ -328,6 +316,54 @@ class Gateway:
         response = await self._serving.tokenization.create_tokenize(request, None)
         _raise_if_error(response)
         return response.model_dump(mode="json")
+
+
+async def serve(app, host: str, max_connections: int):
+    """Serve the ASGI `app` on `host` (a free port) in this event loop, within the limits the module
+    docstring gives; returns (server, its task, base URL) once it listens."""
+    import uvicorn
+
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    # Accepted connections inherit it: without it, a response's header and body writes wait out the
+    # client's delayed ACK (40 ms per call on Linux, most of a short call's time).
+    listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    listener.bind((host, 0))
+    listener.listen(socket.SOMAXCONN)  # every session of a step connects at once: 256 by default
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        http="h11",  # the parser whose unfinished-event buffer has a cap
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        limit_concurrency=max_connections,
+    )
+    server = _Server(config)
+    task = asyncio.ensure_future(server.serve(sockets=[listener]))
+    while not server.started:
+        if task.done():
+            task.result()  # raises what stopped it
+        await asyncio.sleep(0.01)
+    address = f"[{host}]" if ":" in host else host
+    return server, task, f"http://{address}:{listener.getsockname()[1]}"
+
+
+async def json_body(request: Request, limit: int):
+    """The request's JSON body, read in chunks and refused (413) as soon as it passes `limit` bytes, before
+    any more of it is held; a Content-Length over the limit is refused unread."""
+    import json
+
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise GatewayError(413, f"the request body ({declared} bytes) is over agent.max_request_bytes={limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise GatewayError(413, f"the request body is over agent.max_request_bytes={limit}")
+        chunks.append(chunk)
+    return json.loads(b"".join(chunks))
 
 
 class _Server:

@@ -59,7 +59,7 @@ class RolloutWorker:
             self._reaper = reaper.start(describe([os.getpid()])[0])
         began = start_failure.log_offsets()
         try:
-            self._engine = RolloutEngine(*self._args, call_tool=self._tools, address=self.node_address())
+            self._engine = RolloutEngine(*self._args, call_tool=self._tools)
             await self._engine.warm_up()
             self._groups = GroupQueue(self._engine.generate, capacity=self._args[3].max_inflight_samples)
             self._logged = start_failure.log_offsets()  # where to look for the cause if it dies (start_failure.py)
@@ -128,12 +128,6 @@ class RolloutWorker:
         import ray
 
         return ray.get_runtime_context().get_node_id()
-
-    def node_address(self) -> str:
-        """This node's address in the cluster: where the agents' gateway listens."""
-        import ray
-
-        return ray.util.get_node_ip_address()
 
     def leftovers(self) -> tuple[list, list[str]]:
         """What killing this engine would leave on its node: its processes (this actor's and vLLM's, with

@@ -34,6 +34,7 @@ from workers.weights.receiving import EngineWeights
 
 Device = Literal["cpu", "cuda"]
 CPU_KV_CACHE_BYTES = 256 << 20
+LOOPBACK = "127.0.0.1"
 ENGINE_CHECK_S = 0.5  # how often agent groups look whether vLLM's engine process is still alive
 
 
@@ -136,17 +137,14 @@ class RolloutEngine:
         seed: int = 0,
         placeholder_weights: bool = False,
         call_tool: CallTool | None = None,
-        address: str = "127.0.0.1",
     ):
-        """`call_tool` runs tool calls of multi-turn groups (the actor passes a Ray-task runner); `address`
-        is the node's own, where the agents' gateway listens (workers/agents/gateway.py)."""
+        """`call_tool` runs tool calls of multi-turn groups (the actor passes a Ray-task runner)."""
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.engine_id = engine_id
         self.config = config
         self._request_ids = itertools.count()
         self._call_tool = call_tool
-        self._address = address
         self._gateway = None  # started by the first agent group
         self._gateway_start = asyncio.Lock()
         self._agents = None
@@ -296,7 +294,9 @@ class RolloutEngine:
         async with self._gateway_start:  # the first groups start together: one gateway for them all
             if self._gateway is None:
                 gateway = Gateway(self._llm, self.engine_id, use.config, lambda: self.weights.policy_version)
-                await gateway.start(use.config.host or self._address)
+                # The agents run in this process (runner.py): loopback unless agent.host says otherwise. Each
+                # sample in flight holds one session, and so about one connection.
+                await gateway.start(use.config.host or LOOPBACK, max_connections=2 * self.config.max_inflight_samples + 16)
                 self._gateway, self._agents = gateway, AgentThread()
         return self._gateway
 
