@@ -10,7 +10,13 @@ its own node holds at that path (nothing, on another machine, or another version
 runs everywhere is the code the driver checked, as it was when the run started. Only the named file
 travels: a module it imports must be installed on every node (a helper beside it is not shipped;
 keep helpers in the same file). `package.module:name` and built-in specs are imported where they
-run, from the packages installed there.
+run, from the packages installed there. A process given the driver's files (`files`) runs only those:
+a file spec among them is refused, never read from that node's disk.
+
+A file loads as a module would: registered in `sys.modules` under a name of its own (`user_<stem>_<hash>`)
+before its code runs, so that what looks its module up (a `@dataclass` under `from __future__ import
+annotations`, pydantic, `typing.get_type_hints`) finds it. Its functions and classes are still pickled
+by value, as those of an unregistered module would be: no other process could import that name.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import linecache
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -49,7 +56,7 @@ def resolve(spec: str, key: str, builtins: dict[str, str], files: Mapping[str, U
         raise UserError(f"{key}: {spec!r} is not 'file.py:name', 'module:name' or 'builtin:NAME'")
     try:
         if source.endswith(".py"):
-            module = _load((files or {}).get(source) or read(source, key))
+            module = _load(read(source, key) if files is None else _shipped(files, source, key))
         else:
             module = importlib.import_module(source)
     except UserError:
@@ -77,6 +84,15 @@ def ship(specs: Mapping[str, str]) -> dict[str, UserFile]:
         if not spec.startswith("builtin:") and source.endswith(".py"):
             files[source] = read(source, key)
     return files
+
+
+def _shipped(files: Mapping[str, UserFile], path: str, key: str) -> UserFile:
+    if path not in files:
+        raise UserError(
+            f"{key}: {path} was not sent with the run (the driver sends each file a spec names as it read it, and a "
+            "process runs only those): name it in the run's config"
+        )
+    return files[path]
 
 
 _read: dict[str, UserFile] = {}  # per process: each file as first read (a file edited later is not read again)
@@ -108,9 +124,26 @@ def _load(file: UserFile) -> ModuleType:
         # Tracebacks and `inspect` read lines through linecache, which would read this node's file (another
         # version, or none); an entry without a modification time is kept as given.
         linecache.cache[file.path] = (len(file.source), None, file.source.splitlines(keepends=True), file.path)
-        loader.exec_module(module)
+        sys.modules[name] = module
+        _pickle_by_value(module)
+        try:
+            loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
         _modules[(file.path, file.sha256)] = module
     return _modules[(file.path, file.sha256)]
+
+
+def _pickle_by_value(module: ModuleType) -> None:
+    """Ray pickles a function or class of a module in `sys.modules` by reference (module and name), which
+    a process without that module could not import back; a module registered with its pickler's public
+    `register_pickle_by_value` is pickled by value instead."""
+    try:
+        from ray import cloudpickle
+    except ImportError:  # no Ray in this process: nothing pickles for it
+        return
+    cloudpickle.register_pickle_by_value(module)
 
 
 class _FromSource(importlib.abc.InspectLoader):

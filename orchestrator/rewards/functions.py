@@ -83,7 +83,7 @@ def score(
     TRL's conventions: a function may return None for a sample it does not apply to (that sample's
     `rewards/<spec>` is NaN and the weighted sum leaves the function out, TRL's nansum), and an
     `async def` function is awaited (those of one call run concurrently). A function that raises or
-    returns NaN, and a sample that no function scores, stop the run with an error naming the function
+    returns NaN or an infinity, and a sample that no function scores, stop the run with an error naming the function
     and the sample, unless `error_score` is set: then that sample scores `error_score` and is counted
     under "reward_errors". `user_files`: the reward files as the driver read them (`ship`), loaded
     instead of this node's copies; `reward_models`: the reward-model workers, for specs that are models;
@@ -198,7 +198,7 @@ def _first_failing(fn, args: dict, shared: dict, count: int) -> int | None:
     for i in range(count):
         try:
             values = _one(fn, args, shared, i)
-            if len(values) != 1 or (values[0] is not None and math.isnan(float(values[0]))):
+            if len(values) != 1 or (values[0] is not None and not math.isfinite(float(values[0]))):
                 return i
         except Exception:
             return i
@@ -213,8 +213,8 @@ def _per_sample(fn, args: dict, shared: dict, count: int, error_score: float) ->
             value = _one(fn, args, shared, i)[0]
             if value is None:
                 value = math.nan  # not applicable: left out of the weighted sum
-            elif math.isnan(value := float(value)):
-                raise ValueError("NaN")
+            elif not math.isfinite(value := float(value)):
+                raise ValueError(f"{value}")
         except Exception:
             value, failed = error_score, failed + 1
         values.append(value)
@@ -234,15 +234,18 @@ def _text(completion) -> str:
 
 
 def _check(spec: str, values, count: int) -> list[float]:
-    """The values as floats, None as NaN (not applicable); an explicit NaN is an error."""
+    """The values as floats, None as NaN (not applicable); an explicit NaN or infinity is an error."""
     try:
         values = list(values)
-        bad = [i for i, v in enumerate(values) if v is not None and math.isnan(float(v))]
+        bad = [i for i, v in enumerate(values) if v is not None and not math.isfinite(float(v))]
         values = [math.nan if v is None else float(v) for v in values]
     except (TypeError, ValueError) as error:
         raise RewardError(f"reward function {spec!r} returned non-numbers: {error}") from None
     if len(values) != count:
         raise RewardError(f"reward function {spec!r} returned {len(values)} values for {count} samples")
     if bad:
-        raise RewardError(f"reward function {spec!r} returned NaN for sample {bad[0]} (of {len(bad)})")
+        raise RewardError(
+            f"reward function {spec!r} returned {values[bad[0]]} for sample {bad[0]} (of {len(bad)} not finite): "
+            "return a finite number, or None where the function does not apply"
+        )
     return values

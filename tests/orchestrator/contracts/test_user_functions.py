@@ -111,3 +111,47 @@ def test_errors_name_the_key_and_the_file(tmp_path, text, spec_name, message):
 def test_a_missing_file_is_refused_when_shipped_naming_the_key(tmp_path):
     with pytest.raises(UserError, match=rf"reward_funcs: file {tmp_path}/nowhere\.py does not exist"):
         ship({f"{tmp_path}/nowhere.py:reward": "reward_funcs"})
+
+
+DATACLASS = """from __future__ import annotations
+import dataclasses
+
+
+@dataclasses.dataclass
+class Score:
+    value: float
+    note: str = ""
+
+
+def reward(prompts, completions, **kwargs) -> list[float]:
+    return [Score(float(len(c))).value for c in completions]
+"""
+
+
+def test_a_file_with_postponed_annotations_and_a_dataclass_loads_and_its_functions_travel_by_value(tmp_path):
+    """The dataclass decorator looks its class's module up in sys.modules; a Ray task's pickle of the
+    function must not need that module in the process that unpickles it."""
+    path = write(tmp_path, "scored.py", DATACLASS)
+    fn = resolve(f"{path}:reward", "reward_funcs", {}, ship({f"{path}:reward": "reward_funcs"}))
+    assert fn(["p", "q"], ["ab", "abcd"]) == [2.0, 4.0]
+    assert sys.modules[fn.__module__].__file__ == str(path)
+    from ray import cloudpickle
+
+    elsewhere = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from ray import cloudpickle; print(cloudpickle.loads(sys.stdin.buffer.read())([], ['abc']))",
+        ],
+        input=cloudpickle.dumps(fn),
+        capture_output=True,
+        check=False,
+    )
+    assert elsewhere.stdout.decode().strip() == "[3.0]", elsewhere.stderr.decode()[-2000:]
+
+
+def test_a_process_given_the_drivers_files_refuses_a_file_spec_it_was_not_sent(tmp_path):
+    sent, other = write(tmp_path, "sent.py", REWARD.format(value=1.0)), write(tmp_path, "other.py", REWARD.format(value=2.0))
+    files = ship({f"{sent}:reward": "reward_funcs"})
+    with pytest.raises(UserError, match=rf"reward_funcs: {other} was not sent with the run"):
+        resolve(f"{other}:reward", "reward_funcs", {}, files)  # on this node's disk, but not the driver's to run

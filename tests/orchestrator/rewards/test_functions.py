@@ -41,11 +41,14 @@ def test_bad_return_values_name_the_function_and_sample(tmp_path):
     reward_file.write_text(
         "def short(prompts, completions, **kw):\n    return [1.0]\n"
         "def nan(prompts, completions, **kw):\n    return [0.0, float('nan')]\n"
+        "def inf(prompts, completions, **kw):\n    return [float('-inf'), 1.0]\n"
     )
     with pytest.raises(RewardError, match=r"'.*bad.py:short' returned 1 values for 2 samples"):
         score([f"{reward_file}:short"], None, ["a", "b"], ["x", "y"], [[1], [2]])
-    with pytest.raises(RewardError, match=r"returned NaN for sample 1"):
+    with pytest.raises(RewardError, match=r"'.*bad.py:nan' returned nan for sample 1 \(of 1 not finite\)"):
         score([f"{reward_file}:nan"], None, ["a", "b"], ["x", "y"], [[1], [2]])
+    with pytest.raises(RewardError, match=r"'.*bad.py:inf' returned -inf for sample 0 .*return a finite number"):
+        score([f"{reward_file}:inf"], None, ["a", "b"], ["x", "y"], [[1], [2]])
 
 
 def test_a_raising_reward_names_the_function_and_the_sample(tmp_path):

@@ -77,7 +77,7 @@ def test_a_misspelt_tool_is_refused_with_its_config_key():
 def test_a_tool_the_host_cannot_import_stops_the_run_instead_of_becoming_an_observation(runner):
     missing = ToolConfig(name="gone", fn="/nowhere/tools.py:lookup", begin="<search>", end="</search>")
     unshipped = ToolUse(tools=[tool("echo"), missing], max_turns=2, max_observation_tokens=64, error_observation="{error}")
-    with pytest.raises(UserError, match=r"tools\[1\]\.fn: file /nowhere/tools.py does not exist"):
+    with pytest.raises(UserError, match=r"tools\[1\]\.fn: /nowhere/tools.py was not sent with the run"):
         call(runner, missing, use=unshipped)
 
 
