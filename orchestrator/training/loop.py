@@ -127,8 +127,8 @@ class GRPORun:
         finally:
             self._stop.restore()
             self._log.close()
-            self._trackers.close()
             self._prefetch.shutdown()
+            self._trackers.close()  # never raises: a tracker cannot hide the error that ended the run
         return read_metrics(self.run_dir.metrics)
 
     def _run_step(self, step: int) -> bool:
@@ -139,17 +139,17 @@ class GRPORun:
         if self.evaluation is not None and (self.evaluation.due(step) or self._stop.requested == "SIGINT"):
             metrics.update(self._evaluate(step))
         self._log.write(metrics)
-        self._trackers.log(metrics)
         log.info(progress_line(metrics, self.config.max_steps))
         if "eval/reward_mean" in metrics:
             log.info(eval_progress_line(metrics))
         last = step == self.config.max_steps or self._stop.requested
         if step % self.config.plot_steps == 0 or last:
             plots.draw(read_metrics(self.run_dir.metrics), self.run_dir.plots)
-        if (self.config.save_steps and step % self.config.save_steps == 0) or last:
+        saved = bool(self.config.save_steps and step % self.config.save_steps == 0) or bool(last)
+        if saved:
             self.save(step)
-            return True
-        return False
+        self._trackers.log(metrics)  # after the checkpoint: a slow or failing tracker never delays or loses it
+        return saved
 
     def _restart_learner(self, death: LearnerDiedError, step: int) -> int:
         """Replace a dead learner by one loaded from the last checkpoint, reload every engine with its

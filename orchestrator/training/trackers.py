@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from orchestrator.contracts.errors import UserError
+from orchestrator.log import log
 
 TENSORBOARD_DIR = "tensorboard"
 MLFLOW_DIR = "mlruns"
@@ -174,10 +175,16 @@ def _flatten(config: dict, prefix: str = "") -> dict:
 
 
 class Trackers:
-    """The configured trackers as one; with none configured, logging does nothing."""
+    """The configured trackers as one; with none configured, logging does nothing. A tracker is a
+    record of the run, never a reason to stop it: one whose `log` raises is warned about (once) and
+    tried again next step, and left out after `MAX_FAILURES` failures in a row; one whose `close`
+    raises is warned about while the others still close."""
+
+    MAX_FAILURES = 3
 
     def __init__(self, trackers: list[Tracker]):
         self.trackers = trackers
+        self._failures = {id(tracker): 0 for tracker in trackers}
 
     def log(self, metrics: dict) -> None:
         numbers = {
@@ -185,16 +192,43 @@ class Trackers:
             for name, value in metrics.items()
             if name != "step" and isinstance(value, (int, float)) and math.isfinite(float(value))
         }
-        for tracker in self.trackers:
-            tracker.log(numbers, int(metrics["step"]))
+        step = int(metrics["step"])
+        for tracker in list(self.trackers):
+            self._guarded(tracker, f"log step {step}", tracker.log, numbers, step)
 
     def rewind(self, step: int) -> None:
-        for tracker in self.trackers:
-            tracker.rewind(step)
+        for tracker in list(self.trackers):
+            self._guarded(tracker, f"rewind to step {step}", tracker.rewind, step)
 
     def close(self) -> None:
         for tracker in self.trackers:
+            try:
+                tracker.close()
+            except Exception as error:
+                log.warning(f"report_to: {type(tracker).__name__} failed to close: {type(error).__name__}: {error}")
+
+    def _guarded(self, tracker: Tracker, what: str, method, *args) -> None:
+        name = type(tracker).__name__
+        try:
+            method(*args)
+        except Exception as error:
+            self._failures[id(tracker)] += 1
+            failures = self._failures[id(tracker)]
+            if failures == 1:
+                log.warning(f"report_to: {name} failed to {what} ({type(error).__name__}: {error}); training goes on")
+            if failures >= self.MAX_FAILURES:
+                log.warning(f"report_to: {name} failed {failures} times in a row; no longer logging to it in this run")
+                self.trackers.remove(tracker)
+                self._close_quietly(tracker)
+        else:
+            self._failures[id(tracker)] = 0
+
+    @staticmethod
+    def _close_quietly(tracker: Tracker) -> None:
+        try:
             tracker.close()
+        except Exception:  # already failing: its own warning said so
+            pass
 
 
 def check_available(report_to: list[str]) -> None:

@@ -1,9 +1,11 @@
 """Trackers get every metrics line under the metrics.jsonl names; TensorBoard's reader reads them."""
 
+import logging
+
 import pytest
 
 from orchestrator.contracts.errors import UserError
-from orchestrator.training.trackers import TENSORBOARD_DIR, check_available, make_trackers
+from orchestrator.training.trackers import TENSORBOARD_DIR, Tracker, Trackers, check_available, make_trackers
 
 
 def test_tensorboard_events_hold_the_metrics(tmp_path):
@@ -138,3 +140,59 @@ def test_report_to_mlflow_is_accepted_and_a_missing_package_names_the_pip_comman
         "report_to: 'mlflow' needs the mlflow package, which is not installed "
         "(pip install mlflow-skinny, or remove it from report_to)"
     )
+
+
+class _Failing(Tracker):
+    """Raises on log for its first `failures` calls (forever when None), and on close."""
+
+    def __init__(self, failures=None):
+        self.failures, self.logged, self.closed = failures, [], 0
+
+    def log(self, metrics, step):
+        if self.failures is None or self.failures > 0:
+            self.failures = None if self.failures is None else self.failures - 1
+            raise ConnectionError("tracking server unreachable")
+        self.logged.append(step)
+
+    def rewind(self, step):
+        pass
+
+    def close(self):
+        self.closed += 1
+        raise ConnectionError("tracking server unreachable")
+
+
+class _Recording(Tracker):
+    def __init__(self):
+        self.logged, self.closed = [], 0
+
+    def log(self, metrics, step):
+        self.logged.append(step)
+
+    def rewind(self, step):
+        pass
+
+    def close(self):
+        self.closed += 1
+
+
+def test_a_failing_tracker_never_stops_the_run_nor_the_other_trackers(caplog):
+    broken, flaky, healthy = _Failing(), _Failing(failures=2), _Recording()
+    trackers = Trackers([broken, flaky, healthy])
+    with caplog.at_level(logging.WARNING, logger="orchestrator"):
+        for step in range(1, 6):
+            trackers.log({"step": step, "reward_mean": 0.5})
+        trackers.close()
+    assert healthy.logged == [1, 2, 3, 4, 5] and healthy.closed == 1
+    assert flaky.logged == [3, 4, 5]  # two failures in a row, then logging again
+    assert broken not in trackers.trackers and broken.closed == 1  # left out after MAX_FAILURES in a row
+    warnings = [record.getMessage() for record in caplog.records]
+    assert (
+        sum(
+            "_Failing failed to log step 1 (ConnectionError: tracking server unreachable); training goes on" in w
+            for w in warnings
+        )
+        == 2
+    )
+    assert sum("failed 3 times in a row; no longer logging to it" in w for w in warnings) == 1
+    assert any("_Failing failed to close: ConnectionError" in w for w in warnings)  # the flaky one, at the end
