@@ -227,6 +227,14 @@ def resume_hint(run_dir: RunDir, saved: tuple[Path, ResumeState] | None) -> str:
     return f"the last complete checkpoint is {checkpoint} (step {state.step}); continue with: {run_dir.resume_command}"
 
 
+def _unsafe_globals(path: Path) -> list[str]:
+    """What `torch.load(path, weights_only=True)`, as the learner loads its state (workers/learner/checkpoint.py),
+    would refuse: the pickle's references to code, read from the archive without unpickling it."""
+    import torch
+
+    return torch.serialization.get_unsafe_globals_in_checkpoint(path)
+
+
 def _read_checkpoint(folder: Path) -> tuple[ResumeState | None, str | None]:
     """(the driver's state, None) for a usable checkpoint, else (None, what is wrong with it)."""
     from orchestrator.models import model_folder_problem
@@ -243,6 +251,12 @@ def _read_checkpoint(folder: Path) -> tuple[ResumeState | None, str | None]:
     # torch.save writes a zip archive with its index at the end: a truncated file has no index
     if not zipfile.is_zipfile(learner_state):
         return None, f"{LEARNER_STATE} is truncated or not a torch.save archive"
+    unsafe = _unsafe_globals(learner_state)
+    if unsafe:
+        return None, (
+            f"{LEARNER_STATE} holds pickled objects other than tensors and plain values ({', '.join(unsafe[:5])}), which this "
+            "project never writes; it is not loaded, since unpickling them could run code"
+        )
     problem = model_folder_problem(folder)
     if problem:
         return None, problem

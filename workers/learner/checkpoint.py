@@ -43,7 +43,7 @@ def load(learner, folder: str) -> None:
     if learner.config.lora is not None:
         lora.load_adapter(learner.trainer.accelerator.unwrap_model(learner.model), folder)
     path = f"{folder}/{LEARNER_STATE}"
-    state = sharding.read_learner_state(path) if learner.sharded else torch.load(path, weights_only=False)
+    state = sharding.read_learner_state(path) if learner.sharded else torch.load(path, weights_only=True)
     if learner.sharded:
         sharding.load_whole_optimizer_state(learner.model, learner.optimizer.optimizer, state[sharding.WHOLE_OPTIMIZER])
     else:

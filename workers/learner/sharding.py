@@ -72,7 +72,7 @@ def whole_optimizer_state(model, optimizer) -> dict:
 
 def read_learner_state(path: str) -> dict:
     """learner_state.pt memory-mapped: each rank reads only the parts of the optimizer state it keeps."""
-    return torch.load(path, weights_only=False, mmap=True)
+    return torch.load(path, weights_only=True, mmap=True)
 
 
 def load_whole_optimizer_state(model, optimizer, state: dict) -> None:

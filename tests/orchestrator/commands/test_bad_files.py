@@ -178,6 +178,18 @@ def test_resume_refuses_a_checkpoint_without_learner_state(killed_run):
     assert err == f"error: --resume {killed_run}: checkpoint step-000001 is damaged: learner_state.pt is missing"
 
 
+def test_resume_refuses_a_learner_state_that_would_run_code_when_unpickled(killed_run):
+    import torch
+
+    torch.save({"policy_version": 1, "scheduler": print}, killed_run / "checkpoints" / "step-000001" / "learner_state.pt")
+    err = _resume(killed_run)
+    assert err == (
+        f"error: --resume {killed_run}: checkpoint step-000001 is damaged: learner_state.pt holds pickled objects other "
+        "than tensors and plain values (builtins.print), which this project never writes; it is not loaded, since "
+        "unpickling them could run code"
+    )
+
+
 def test_resume_refuses_truncated_weights_and_names_the_older_checkpoint(killed_run):
     step3 = killed_run / "checkpoints" / "step-000003"
     shutil.copytree(killed_run / "checkpoints" / "step-000001", step3)
