@@ -65,5 +65,5 @@ class AgentUse(StrictModel):
     """What the engines need to run agent sessions; built from the run config."""
 
     config: AgentConfig
-    token: str  # the run's gateway token: a request without it is refused
+    token: str = Field(repr=False)  # the run's gateway token: a request without it is refused; never in a repr or log
     files: dict[str, UserFile] = Field(default_factory=dict)  # the agent's .py file, as the driver read it

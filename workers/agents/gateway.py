@@ -68,7 +68,7 @@ logger = logging.getLogger(__name__)
 @dataclasses.dataclass
 class _Open:
     session: Session
-    token: str
+    token: str = dataclasses.field(repr=False)
     sampling: SamplingConfig
     group_id: int
     sample_index: int

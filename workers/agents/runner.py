@@ -77,10 +77,14 @@ async def _cancel_all() -> None:
 async def run_session(fn: Callable, client, inputs: dict, key: str, timeout_s: float) -> Outcome:
     """`fn(client, prompt, **columns)` for one session, within `timeout_s`."""
     columns = {name: value for name, value in inputs.items() if name != "prompt"}
+    deadline = asyncio.timeout(timeout_s)
     try:
-        returned = await asyncio.wait_for(fn(client, inputs["prompt"], **columns), timeout_s)
-    except TimeoutError:
-        return Outcome(None, f"session {key} did not finish within agent.session_timeout_s={timeout_s:g}s")
+        async with deadline:
+            returned = await fn(client, inputs["prompt"], **columns)
+    except TimeoutError as error:
+        if deadline.expired():
+            return Outcome(None, f"session {key} did not finish within agent.session_timeout_s={timeout_s:g}s")
+        return Outcome(None, f"session {key}: the agent raised TimeoutError: {error}")  # its own, e.g. a tool's deadline
     except asyncio.CancelledError:
         if asyncio.current_task().cancelling():  # the group was cancelled: so is its session
             raise
