@@ -26,10 +26,12 @@ def models(config) -> dict[str, str | None]:
     return {spec: tokenizer for spec, tokenizer in zip(config.reward_funcs, tokenizers) if is_model(spec)}
 
 
-def check(config, conversational: bool) -> None:
+def check(config, conversational: bool, sample_tokens: int) -> None:
     """Refuse, naming the key, a reward model TRL's convention cannot score: one that cannot be found, one
-    that is not a sequence classifier with one label (a causal LM would get an untrained score head),
-    a tokenizer with neither pad nor EOS token, or one without a chat template in a conversational run."""
+    that is not a sequence classifier with one label (a causal LM would get an untrained score head), one
+    whose positions cannot hold a sample of `sample_tokens` (the run's longest prompt and completion budget,
+    in the policy's tokens: a longer sample would be cut or fail in the middle of a run), a tokenizer with
+    neither pad nor EOS token, or one without a chat template in a conversational run."""
     from transformers import AutoConfig, AutoTokenizer
 
     tokenizers = config.reward_processing_classes or [None] * len(config.reward_funcs)
@@ -44,6 +46,7 @@ def check(config, conversational: bool) -> None:
                 f"{key}: {spec!r} is neither a reward function ('file.py:name') nor a model: {_first_line(error)}"
             ) from None
         _check_classifier(key, spec, model_config)
+        _check_context(key, spec, model_config, sample_tokens)
         tokenizer_key = f"reward_processing_classes[{index}]" if tokenizer_name else key
         try:
             tokenizer = AutoTokenizer.from_pretrained(tokenizer_name or spec)
@@ -70,6 +73,16 @@ def _check_classifier(key: str, spec: str, model_config) -> None:
         )
     if model_config.num_labels != 1:
         raise UserError(f"{key}: {spec!r} has {model_config.num_labels} labels; a reward model has one (its logit is the reward)")
+
+
+def _check_context(key: str, spec: str, model_config, sample_tokens: int) -> None:
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if positions is not None and positions < sample_tokens:
+        raise UserError(
+            f"{key}: {spec!r} reads at most {positions} positions, and a sample of this run takes up to {sample_tokens} "
+            "tokens (its longest prompt and max_completion_length, in the policy's tokens): a reward model with a "
+            "longer context, or shorter prompts or max_completion_length"
+        )
 
 
 def _first_line(error: Exception) -> str:

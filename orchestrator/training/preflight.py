@@ -73,8 +73,12 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
     prompts = [record["prompt"] for record in records]
     columns = select(data.columns, kept) if dropped else data.columns
     eval_set = _eval_set(config, tokenizer, tokenizer_name, model)
-    reward_models.check(config, conversational=chat or (eval_set is not None and eval_set.conversations is not None))
     longest = max(lengths + [len(ids) for ids in (eval_set.prompt_ids if eval_set else [])])
+    sample_tokens = longest + config.max_completion_length
+    if config.agent is not None:  # an agent's session can fill its engine's whole context (engines are sized for it)
+        sample_tokens = context_limit(model, config.rollout.max_model_len) or sample_tokens
+    conversational = chat or (eval_set is not None and eval_set.conversations is not None)
+    reward_models.check(config, conversational, sample_tokens)
     judges.check(config, longest)
     ids = Ragged.of(prompt_ids, np.int32)
     checked = PromptSet(prompts, ids, columns, conversations, eval_set)

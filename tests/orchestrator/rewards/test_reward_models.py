@@ -33,22 +33,33 @@ def _config(spec: str, **settings) -> TrainConfig:
 
 def test_what_trls_convention_cannot_score_is_refused_naming_the_key(tiny, tmp_path):
     with pytest.raises(UserError, match=r"reward_funcs\[1\]: '/nowhere/rm' is neither a reward function"):
-        models.check(_config("/nowhere/rm"), conversational=False)
+        models.check(_config("/nowhere/rm"), conversational=False, sample_tokens=100)
     with pytest.raises(UserError, match=r"reward_funcs\[1\]: .* is a LlamaForCausalLM, not a sequence classifier"):
-        models.check(_config(str(tiny.model_dir)), conversational=False)
+        models.check(_config(str(tiny.model_dir)), conversational=False, sample_tokens=100)
     two_labels = tmp_path / "two-labels"
     shutil.copytree(short_preferring_reward_model(), two_labels)
     config = json.loads((two_labels / "config.json").read_text())
     config["id2label"] = {"0": "bad", "1": "good"}
     (two_labels / "config.json").write_text(json.dumps(config))
     with pytest.raises(UserError, match=r"reward_funcs\[1\]: .* has 2 labels; a reward model has one"):
-        models.check(_config(str(two_labels)), conversational=False)
+        models.check(_config(str(two_labels)), conversational=False, sample_tokens=100)
     rm = str(short_preferring_reward_model())
-    models.check(_config(rm), conversational=False)
+    models.check(_config(rm), conversational=False, sample_tokens=100)
     with pytest.raises(UserError, match=r"reward_funcs\[1\]: the prompts are conversations, .* has none"):
-        models.check(_config(rm), conversational=True)
+        models.check(_config(rm), conversational=True, sample_tokens=100)
     with pytest.raises(UserError, match=r"reward_processing_classes\[1\]: no tokenizer loads from '/nowhere/tok'"):
-        models.check(_config(rm, reward_processing_classes=[None, "/nowhere/tok"]), conversational=False)
+        models.check(_config(rm, reward_processing_classes=[None, "/nowhere/tok"]), conversational=False, sample_tokens=100)
+    short = tmp_path / "short-context"
+    shutil.copytree(short_preferring_reward_model(), short)
+    config = json.loads((short / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps({**config, "n_positions": 64}))  # GPT-2's name for max_position_embeddings
+    with pytest.raises(
+        UserError,
+        match=r"reward_funcs\[1\]: .* reads at most 64 positions, and a sample of this run takes up to 100 tokens \(its "
+        r"longest prompt and max_completion_length, in the policy's tokens\)",
+    ):
+        models.check(_config(str(short)), conversational=False, sample_tokens=100)
+    models.check(_config(str(short)), conversational=False, sample_tokens=64)
     with pytest.raises(ValueError, match="reward_processing_classes has 1 entries but reward_funcs has 2"):
         _config(rm, reward_processing_classes=[None])
     with pytest.raises(ValueError, match="reward_funcs names 'model' twice"):  # two folders called model
