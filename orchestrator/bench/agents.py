@@ -76,7 +76,7 @@ async def per_call(folder: Path) -> dict:
     engine = RolloutEngine(0, model, tokenizer_dir, RolloutConfig(engines=1), "cuda" if torch.cuda.is_available() else "cpu")
     try:
         await engine.warm_up()
-        gateway = await engine.started_gateway(AgentUse(config=AgentConfig(fn="builtin:lookup"), token="t"))
+        gateway = await engine.started_gateway(AgentUse(config=AgentConfig(fn="builtin:lookup")))
         prompt = lookup_task.prompt_for("apple")
         body = {"model": "policy", "messages": [{"role": "user", "content": prompt}], "max_tokens": 8}
         prompt_ids = engine.tokenizer()(prompt)["input_ids"]

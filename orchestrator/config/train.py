@@ -10,7 +10,6 @@ the built-in tiny model on the built-in search-call task. Field defaults follow 
 
 from __future__ import annotations
 
-import secrets
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -359,7 +358,7 @@ class TrainConfig(GRPOSettings):
         if self.agent is None:
             return None
         files = user_functions.ship({self.agent.fn: "agent.fn"})
-        return AgentUse(config=self.agent, token=secrets.token_urlsafe(24), files=files)
+        return AgentUse(config=self.agent, files=files)
 
     def tool_use(self) -> ToolUse | None:
         """What the engines need for tool calls, the tools' files included as this process first read

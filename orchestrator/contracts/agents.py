@@ -52,7 +52,7 @@ class AgentConfig(StrictModel):
         None,
         description="Address the engines' gateways listen on; None: loopback (127.0.0.1), since the agents run in "
         "their engine's own process. Set a node address only for agents that call from elsewhere (docs: Security). "
-        "Every request must carry the run's token (`Authorization: Bearer ...`).",
+        "Every request must carry its session's own token (`Authorization: Bearer ...`, the client's api_key).",
     )
     max_request_bytes: int = Field(
         8 << 20,
@@ -65,5 +65,4 @@ class AgentUse(StrictModel):
     """What the engines need to run agent sessions; built from the run config."""
 
     config: AgentConfig
-    token: str = Field(repr=False)  # the run's gateway token: a request without it is refused; never in a repr or log
     files: dict[str, UserFile] = Field(default_factory=dict)  # the agent's .py file, as the driver read it

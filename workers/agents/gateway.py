@@ -6,12 +6,13 @@ session per agent sample and every call recorded token for token.
     GET  /s/{session}/v1/models, /v1/models  the one model served ("policy")
     POST /s/{session}/tokenize, /tokenize    vLLM's tokenization
 
-An agent's client is bound to one session by its base URL (`http://ADDRESS:PORT/s/SESSION/v1`), so a
-framework on top of the OpenAI client needs nothing but that URL and the run's token as its API key. Each
+An agent's client is bound to one session by its base URL (`http://ADDRESS:PORT/s/SESSION/v1`) and that
+session's own token, its API key, so a framework on top of the OpenAI client needs nothing else. Each
 call of a session is rendered by vLLM, then handed to the engine as token ids that keep the session's
 earlier context exactly as sampled (session.py); the run's sampling settings replace the agent's
 (temperature, top_p, top_k, penalties, seed), and `max_tokens` is cut to the session's model tokens left.
-A request without the run's token is refused (401). The server listens on loopback unless `agent.host`
+A request without its session's token, or to a session that closed (its agent returned), is refused
+(401) and never recorded. The server listens on loopback unless `agent.host`
 says otherwise, and bounds what a client can make it hold before any token is checked: a request's
 header (`MAX_HEADER_BYTES`, h11's cap on an unfinished event), its body (`agent.max_request_bytes`, read
 in chunks and refused once past it) and the connections open at once (`max_connections`, uvicorn's
@@ -130,7 +131,7 @@ class Gateway:
         if key is None:
             if any(hmac.compare_digest(given, open_.token.encode()) for open_ in list(self._sessions.values())):
                 return None
-            raise GatewayError(401, "missing or wrong token: send the run's token as 'Authorization: Bearer ...'", "auth")
+            raise GatewayError(401, "missing or wrong token: send your session's token as 'Authorization: Bearer ...'", "auth")
         open_ = self._sessions.get(key)
         if open_ is None or not hmac.compare_digest(given, open_.token.encode()):
             # The same answer for an unknown session and a wrong token: neither tells a stranger anything.

@@ -17,6 +17,7 @@ import gc
 import itertools
 import json
 import os
+import secrets
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Literal
@@ -260,18 +261,21 @@ class RolloutEngine:
         gateway = await self.started_gateway(use)
         fn = user_functions.resolve(use.config.fn, "agent.fn", builtins.AGENTS, use.files)
         keys = [f"g{request.group_id}-s{index}-{next(self._request_ids)}" for index in range(request.num_generations)]
-        sessions = [gateway.open(key, use.token, request.sampling, request.group_id, i) for i, key in enumerate(keys)]
+        # Each session has a secret of its own: an agent holds its own session's token, and no other session's.
+        tokens = [secrets.token_urlsafe(24) for _ in keys]
+        sessions = [
+            gateway.open(key, token, request.sampling, request.group_id, i) for i, (key, token) in enumerate(zip(keys, tokens))
+        ]
         timeouts = (use.config.session_timeout_s, use.config.call_timeout_s)
+
+        async def session(key: str, token: str):
+            try:
+                return await self._agents.session(fn, f"{gateway.url}/s/{key}/v1", token, request.agent_inputs, key, timeouts)
+            finally:
+                gateway.close(key)  # its agent is done: a later call (a task it left behind) is refused, never recorded
+
         try:
-            outcomes = await while_alive(
-                self._llm,
-                asyncio.gather(
-                    *(
-                        self._agents.session(fn, f"{gateway.url}/s/{key}/v1", use.token, request.agent_inputs, key, timeouts)
-                        for key in keys
-                    )
-                ),
-            )
+            outcomes = await while_alive(self._llm, asyncio.gather(*(session(key, token) for key, token in zip(keys, tokens))))
         finally:
             for key in keys:
                 gateway.close(key)

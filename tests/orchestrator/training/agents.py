@@ -22,16 +22,22 @@ def _write(record_dir: str, event: dict) -> None:
         out.write(json.dumps(event) + "\n")
 
 
+_LATE: set = set()  # calls an agent leaves running after it returned (kept from the garbage collector)
+
+
 async def recording_lookup(client, prompt: str, answer: str, record_dir: str, fault: str = "", **columns) -> float:
     """The lookup agent, asking to see what the gateway records of every call (prompt and sampled ids,
     logprobs); with `fault` 'raise' or 'hang' it fails after its first call, with 'rewrite' its second call
-    sends a rewritten history. It also tries the gateway without the run's token."""
+    sends a rewritten history. It also tries the gateway without its session's token, another session of
+    its group with its own token, and (a healthy one) its own session once it has returned."""
     session = _session(client)
     if fault == "raise first":
         raise ValueError("before any call")
-    async with httpx.AsyncClient() as raw:
+    async with httpx.AsyncClient(trust_env=False) as raw:
         refused = await raw.get(f"{client.base_url}models")
-    _write(record_dir, {"session": session, "kind": "no_token", "status": refused.status_code})
+        _write(record_dir, {"session": session, "kind": "no_token", "status": refused.status_code})
+        other = await raw.get(f"{_sibling_url(client)}models", headers={"Authorization": f"Bearer {client.api_key}"})
+        _write(record_dir, {"session": session, "kind": "other_session", "status": other.status_code})
     try:  # a field that would make the sampled distribution one the learner cannot score
         await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": prompt}], logit_bias={"5": 10})
     except openai.BadRequestError as error:
@@ -50,7 +56,31 @@ async def recording_lookup(client, prompt: str, answer: str, record_dir: str, fa
         messages += [{"role": "assistant", "content": reply}, {"role": "tool", "content": lookup_task.lookup(searched.group(1))}]
         reply = await _ask(client, messages, record_dir, session)
     final = lookup_task._FINAL_WORD.findall(reply)
+    if fault == "":  # a call left running, made after this agent returned
+        _LATE.add(task := asyncio.get_running_loop().create_task(_call_after_returning(client, prompt, record_dir, session)))
+        task.add_done_callback(_LATE.discard)
     return 1.0 if final and final[-1] == answer else 0.0
+
+
+def _sibling_url(client) -> str:
+    """The base URL of another session of this one's group: keys are g{group}-s{sample}-{n}, with n counting
+    up by one from the group's first sample."""
+    base, key = str(client.base_url).rstrip("/").removesuffix("/v1").rsplit("/", 1)
+    group, sample, n = key.split("-")
+    index = int(sample[1:])
+    other = 1 if index == 0 else 0
+    return f"{base}/{group}-s{other}-{int(n) - index + other}/v1/"
+
+
+async def _call_after_returning(client, prompt: str, record_dir: str, session: str) -> None:
+    await asyncio.sleep(0.5)  # the session's agent returned meanwhile
+    async with httpx.AsyncClient(trust_env=False) as raw:
+        late = await raw.post(
+            f"{client.base_url}chat/completions",
+            headers={"Authorization": f"Bearer {client.api_key}"},
+            json={"model": "policy", "messages": [{"role": "user", "content": prompt}]},
+        )
+    _write(record_dir, {"session": session, "kind": "after_return", "status": late.status_code})
 
 
 async def kills_its_engine_once(client, prompt: str, answer: str, record_dir: str, **columns) -> float:
