@@ -36,17 +36,32 @@ def shared_memory_left_behind():
     was seen mapping it: /dev/shm is looked at every second, and whenever new names are there the
     session's processes are asked which of them they map. Torn down last, after Ray stopped. So do
     entries of vLLM's kinds that appeared during the session and that no process maps at its end (a
-    semaphore is mapped only while in use: one left unmapped is a leak, which the watch cannot see)."""
-    from workers.rollout.shared_memory import entries, owned_entries, process_tree, remove_leftovers, unmapped_entries
+    semaphore is mapped only while in use: one left unmapped is a leak, which the watch cannot see),
+    unless a process outside this session was seen mapping new entries of vLLM's kinds: then another
+    session's engines ran beside this one, and an unmapped entry may be one they left, so only what
+    this session's processes were seen mapping counts."""
+    from workers.rollout.shared_memory import (
+        VLLM_PREFIXES,
+        all_pids,
+        entries,
+        mapped_by,
+        process_tree,
+        remove_leftovers,
+        unmapped_entries,
+    )
 
     before, ours, looked_at = entries(), set(), set()
+    others_seen = False
     done = threading.Event()
 
     def look() -> None:
-        nonlocal looked_at
+        nonlocal looked_at, others_seen
         new = entries() - before
         if new - looked_at:
-            ours.update(owned_entries(process_tree(os.getpid()), before))
+            tree = process_tree(os.getpid())
+            ours.update(mapped_by(tree) & new)
+            others = mapped_by(sorted(set(all_pids()) - set(tree))) & new
+            others_seen = others_seen or any(name.startswith(VLLM_PREFIXES) for name in others - ours)
         looked_at = new
 
     def watch() -> None:
@@ -61,8 +76,13 @@ def shared_memory_left_behind():
     yield
     done.set()
     watcher.join()
+
+    def left_behind() -> list[str]:
+        unmapped = set() if others_seen else set(unmapped_entries(before))
+        return sorted((ours & entries()) | unmapped)
+
     deadline = time.monotonic() + 10  # resource trackers of the last engines may still be unlinking theirs
-    while (left := sorted((ours & entries()) | set(unmapped_entries(before)))) and time.monotonic() < deadline:
+    while (left := left_behind()) and time.monotonic() < deadline:
         time.sleep(0.5)
     if left:
         remove_leftovers(left, timeout_s=5)  # so the next session starts clean; still a failure

@@ -22,7 +22,9 @@ pytestmark = pytest.mark.engines
 def _config(**judge) -> TrainConfig:
     # Four prompts at a time on its engine: a call of hundreds of prompts lasts long enough to be cut.
     pool = {"engines": 1, "num_cpus_per_engine": 0, "max_inflight_samples": 4}
-    settings = {"model": "builtin:search", "max_tokens": 4, "pool": pool, **judge}
+    # A call's deadline (judges.quality.timeout_s) covers a replacement engine's start when one is killed
+    # mid-call: about a minute on two idle cores, several on a loaded one.
+    settings = {"model": "builtin:search", "max_tokens": 4, "timeout_s": 600, "pool": pool, **judge}
     return TrainConfig(max_completion_length=32, judges={"quality": settings})
 
 

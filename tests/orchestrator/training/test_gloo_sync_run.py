@@ -13,7 +13,8 @@ import time
 import psutil
 import pytest
 
-pytestmark = pytest.mark.engines
+# Slow (a whole `train` run on this 2-core machine); in the default suite workers/weights/test_gloo.py covers the gloo group's packing, broadcast, rendezvous timeout and checksums (without engines).
+pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
 STEPS, KILL_AFTER = 6, 2
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-pytestmark = pytest.mark.engines
+# Slow (a whole `train` run on this 2-core machine); in the default suite judges/test_judge_pool.py covers the judge pool (answers, choices, a deadline, an engine killed mid-call) on real engines.
+pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "judges" / "yes-no.yaml"
 REWARDS = Path(__file__).resolve().parent / "judge_rewards.py"

@@ -10,7 +10,8 @@ import pytest
 
 from tests.random_llama import save_random_llama
 
-pytestmark = pytest.mark.engines
+# Slow (a whole `train` run on this 2-core machine); in the default suite rollout/test_kv_cache.py covers the engines' context taken from the run, not the model.
+pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
 
 def _long_context_model(folder, tokenizer_dir):

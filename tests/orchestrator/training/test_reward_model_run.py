@@ -11,7 +11,8 @@ import pytest
 
 from orchestrator.builtin.tiny_reward_model import expected_reward, short_preferring_reward_model
 
-pytestmark = pytest.mark.engines
+# Slow (a whole `train` run on this 2-core machine); in the default suite rewards/test_reward_models.py covers reward models scored by their workers in a step.
+pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
 STEPS = 6
 

