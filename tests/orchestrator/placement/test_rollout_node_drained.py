@@ -23,7 +23,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from tests.orchestrator.placement.drains import actor_node, drain, take_node_away
+from tests.orchestrator.placement.drains import drain, take_node_away
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
@@ -65,36 +65,49 @@ def three_rollout_nodes():
     yield from _cluster(rollout_nodes=3)
 
 
-@pytest.mark.parametrize("notice", [True, False], ids=["drained", "killed-without-notice"])
-def test_a_rollout_node_that_goes_mid_run_loses_no_group(cluster, tmp_path, notice):
+def _run_losing_a_node(cluster, tmp_path, args: list[str], after_steps: int, notice_s: int | None, engine: int = 0):
+    """`train` with `args` on `cluster`; once `after_steps` steps are recorded, the node of its `engine`-th
+    rollout engine is drained with `notice_s` seconds left (None: no notice) and taken away at that
+    deadline. Returns (the run's return code, its stderr, its metrics lines, its run folder)."""
     run = tmp_path / "run"
     env = {**os.environ, "RAY_ADDRESS": cluster.address}
     with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "train", *ARGS, f"output_dir={run}"], stdout=stdout, stderr=stderr, env=env
+            [sys.executable, "-m", "orchestrator", "train", *args, f"output_dir={run}"], stdout=stdout, stderr=stderr, env=env
         )
+    metrics = run / "metrics.jsonl"
     try:
-        metrics = run / "metrics.jsonl"
         deadline = time.monotonic() + 600
-        while not (metrics.is_file() and metrics.read_text().count("\n") >= 1):
-            assert proc.poll() is None and time.monotonic() < deadline, "the run ended or stalled before step 2"
+        while not (metrics.is_file() and metrics.read_text().count("\n") >= after_steps):
+            assert proc.poll() is None and time.monotonic() < deadline, f"the run ended or stalled before step {after_steps + 1}"
             time.sleep(0.05)
-        node_id = actor_node(cluster, "RolloutWorker")
-        if notice:
-            drain(cluster, node_id, DEADLINE_S)
+        engines = [a for a in cluster.global_state.actor_table(None).values() if a["ActorClassName"] == "RolloutWorker"]
+        node_id = [a for a in engines if a["State"] == "ALIVE"][engine]["Address"]["NodeID"]
+        if notice_s is not None:
+            drain(cluster, node_id, notice_s)
             drained_at = time.monotonic()
-            while proc.poll() is None and time.monotonic() < drained_at + DEADLINE_S:
+            while proc.poll() is None and time.monotonic() < drained_at + notice_s:
                 time.sleep(0.2)
         (leaving,) = [node for node in cluster.rollout if node.node_id == node_id]
         take_node_away(cluster, leaving)  # the deadline: the cloud takes the machine
-        proc.wait(timeout=600)
+        proc.wait(timeout=900)
     finally:
         if proc.poll() is None:
             proc.kill()
+    steps = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+    return proc.returncode, (tmp_path / "stderr").read_text(), steps, run
 
-    err = (tmp_path / "stderr").read_text()
-    assert proc.returncode == 0, err[-4000:]
-    steps = [json.loads(line) for line in metrics.read_text().splitlines()]
+
+def _every_sample_once(run, samples: int) -> None:
+    table = pq.read_table(run / "rollouts")
+    keys = list(zip(*(table.column(c).to_pylist() for c in ("step", "group_id", "sample_index"))))
+    assert len(keys) == samples and len(set(keys)) == len(keys)
+
+
+@pytest.mark.parametrize("notice", [True, False], ids=["drained", "killed-without-notice"])
+def test_a_rollout_node_that_goes_mid_run_loses_no_group(cluster, tmp_path, notice):
+    code, err, steps, run = _run_losing_a_node(cluster, tmp_path, ARGS, after_steps=1, notice_s=DEADLINE_S if notice else None)
+    assert code == 0, err[-4000:]
     assert [m["step"] for m in steps] == list(range(1, STEPS + 1))
     slowest = max(steps[1:], key=lambda m: m["time/step"])  # the step that waited for the replacement
     print(f"\n{'drained' if notice else 'killed without notice'}: slowest step {slowest['step']}, {slowest['time/step']:.1f} s")
@@ -105,9 +118,8 @@ def test_a_rollout_node_that_goes_mid_run_loses_no_group(cluster, tmp_path, noti
         assert steps[-1]["engine_restarts"] == 0  # drained, not dead
     else:
         assert steps[-1]["engine_restarts"] == 1 and sum(m["rollout/engines_drained"] for m in steps) == 0
+    _every_sample_once(run, STEPS * 16)
     table = pq.read_table(run / "rollouts")
-    keys = list(zip(*(table.column(c).to_pylist() for c in ("step", "group_id", "sample_index"))))
-    assert len(keys) == STEPS * 16 and len(set(keys)) == len(keys)
     assert {r["engine_id"] for r in table.to_pylist() if r["step"] == STEPS} == {1}  # the replacement serves
 
 
@@ -115,43 +127,13 @@ def test_a_drain_that_moves_a_large_steps_groups_to_one_engine_kills_no_engine(t
     """64 prompts x 4 samples of 8-9 prompt tokens: about 1100 prompt tokens per engine with two engines, about
     2200 (more than the 2048 an engine step prefills) once one of them is drained and the other takes every
     group at the start of a step."""
-    cluster, run, steps = three_rollout_nodes, tmp_path / "run", 8
     args = ["rollout.engines=2", "prompts_per_step=64", "num_generations=4", "max_completion_length=24", "ignore_eos=true"]
-    env = {**os.environ, "RAY_ADDRESS": cluster.address}
-    with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "train", *args, f"max_steps={steps}", "plot_steps=100", f"output_dir={run}"],
-            stdout=stdout,
-            stderr=stderr,
-            env=env,
-        )
-    try:
-        metrics = run / "metrics.jsonl"
-        deadline = time.monotonic() + 600
-        while not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
-            assert proc.poll() is None and time.monotonic() < deadline, "the run ended or stalled before step 3"
-            time.sleep(0.05)
-        engines = [a for a in cluster.global_state.actor_table(None).values() if a["ActorClassName"] == "RolloutWorker"]
-        node_id = engines[0]["Address"]["NodeID"]
-        drain(cluster, node_id, 10)
-        drained_at = time.monotonic()
-        while proc.poll() is None and time.monotonic() < drained_at + 10:
-            time.sleep(0.2)
-        (leaving,) = [node for node in cluster.rollout if node.node_id == node_id]
-        take_node_away(cluster, leaving)  # the deadline: the cloud takes the machine
-        proc.wait(timeout=900)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-
-    err = (tmp_path / "stderr").read_text()
-    assert proc.returncode == 0, err[-4000:]
-    records = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert [m["step"] for m in records] == list(range(1, steps + 1))
-    assert sum(m["rollout/engines_drained"] for m in records) == 1
-    assert " died " not in err and records[-1]["engine_restarts"] == 0, err[-4000:]
-    times = [m["time/step"] for m in records[1:]]
+    args += ["max_steps=8", "plot_steps=100"]
+    code, err, steps, run = _run_losing_a_node(three_rollout_nodes, tmp_path, args, after_steps=2, notice_s=10)
+    assert code == 0, err[-4000:]
+    assert [m["step"] for m in steps] == list(range(1, 9))
+    assert sum(m["rollout/engines_drained"] for m in steps) == 1
+    assert " died " not in err and steps[-1]["engine_restarts"] == 0, err[-4000:]
+    times = [m["time/step"] for m in steps[1:]]
     print(f"\nstep times after the first (s): {' '.join(f'{t:.1f}' for t in times)}")
-    table = pq.read_table(run / "rollouts")
-    keys = list(zip(*(table.column(c).to_pylist() for c in ("step", "group_id", "sample_index"))))
-    assert len(keys) == steps * 256 and len(set(keys)) == len(keys)
+    _every_sample_once(run, 8 * 256)
