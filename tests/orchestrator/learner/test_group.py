@@ -58,7 +58,9 @@ def test_two_ranks_train_checkpoint_and_restart_as_one_learner(ray_session, tiny
                 assert _same_weights(tmp_path / "one", tmp_path / "two") <= WEIGHTS_CLOSE
             alone, together = one.train_step(batch, group_ids), two.train_step(batch, group_ids)
             assert together["loss"] == pytest.approx(alone["loss"], abs=1e-4), step
-            assert together["grad_norm"] == pytest.approx(alone["grad_norm"], rel=1e-5), step
+            # The first step's gradients are of the same weights: 1e-5. Later ones are of weights that differ by up to
+            # WEIGHTS_CLOSE, and the gradients with them (3.8e-5 relative at step 1 on an Intel Xeon, family 6 model 106).
+            assert together["grad_norm"] == pytest.approx(alone["grad_norm"], rel=1e-5 if step == 0 else 2e-4), step
         one.save(str(tmp_path / "one-end"))
         two.save(str(tmp_path / "two-end"))
         assert _same_weights(tmp_path / "one-end", tmp_path / "two-end") <= WEIGHTS_CLOSE
