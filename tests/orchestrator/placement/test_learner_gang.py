@@ -159,4 +159,6 @@ def test_two_learner_ranks_train_on_two_learner_nodes(tiny, tmp_path):
     assert sorted(result["nodes"]) == result["learners"]  # both learner nodes, one rank each
     for step, (together, one) in enumerate(zip(result["metrics"], reference, strict=True)):
         assert together["loss"] == pytest.approx(one["loss"], abs=1e-4), step
-        assert together["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5), step
+        # The first step's gradients are of the same weights: 1e-5. Later ones are of weights that Adam moved apart by
+        # up to 1e-4 (learner/test_group.py says why), and the gradients with them: 3.8e-5 relative there on an Intel Xeon.
+        assert together["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5 if step == 0 else 2e-4), step
