@@ -44,6 +44,7 @@ def _kill_learner_after(run, step: int, *extra: str) -> subprocess.Popen:
     return driver
 
 
+@pytest.mark.slow  # two runs; in the default suite training/test_learner_restart.py runs the loop's restart code
 def test_a_killed_learner_is_restarted_from_the_last_checkpoint(tmp_path, uninterrupted_rewards):
     run = tmp_path / "run"
     driver = _kill_learner_after(run, 3)

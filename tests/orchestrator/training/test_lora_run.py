@@ -14,7 +14,8 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-pytestmark = pytest.mark.engines
+# Slow (a whole `train` run on this 2-core machine); in the default suite workers/learner/test_lora.py covers the learner's adapter, its sync and its checkpoint.
+pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
 STEPS = 4
 SHIPPED = Path(__file__).parents[3] / "configs" / "chat" / "arithmetic-lora.yaml"

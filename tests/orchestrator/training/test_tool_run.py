@@ -15,7 +15,8 @@ import yaml
 from orchestrator.builtin import lookup_task
 from tests.orchestrator.training.short_run import metrics, train_config
 
-pytestmark = pytest.mark.engines
+# Slow (a whole `train` run on this 2-core machine); in the default suite workers/rollout/test_multi_turn.py and workers/tools/test_runner.py cover the tool loop, its masks and failing tools.
+pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
 STEPS, GENERATIONS = 4, 4
 TOPICS = ["apple", "river", "tiger", "apple", "piano", "tiger"]  # duplicates on purpose
