@@ -28,6 +28,18 @@ class EngineWedgedError(RuntimeError):
     dead one."""
 
 
+class GroupTimeoutError(TimeoutError):
+    """One group did not finish within `rollout.request_timeout_s` on its engine, which is replaced; the
+    group it names is the one blamed (orchestrator/rollout/poison.py)."""
+
+    def __init__(self, message: str, group_id: int):
+        super().__init__(message)
+        self.group_id = group_id
+
+    def __reduce__(self):  # pickled across Ray with its group id
+        return type(self), (str(self), self.group_id)
+
+
 class EngineDiedError(RuntimeError):
     """An engine died, and the message says why: a vLLM engine whose processes logged the root cause
     (workers/rollout/start_failure.py), or a simulated one (bench/simulated_engines.py). A vLLM engine

@@ -66,6 +66,25 @@ class Sample:
     # with the session's sample_index, numbered here from 0; every other sample is segment 0.
     segment: int = 0
 
+    @classmethod
+    def unanswered(cls, prompt_ids: list[int], sample_index: int, eos_token_id: int | None, error: str) -> Sample:
+        """A sample that has no completion (an agent that failed before its first model call, a group that
+        kept killing its engines): the prompt and one token that is not trained on (tool_mask 0), so it is
+        scored as failed (`error`: `reward_error_score`, or the run stops with it) and counts in its group."""
+        return cls(
+            sample_index=sample_index,
+            completion="",
+            completion_ids=[0 if eos_token_id is None else eos_token_id],
+            logprobs=[None],
+            finish_reason="stop",
+            stop_reason=None,
+            stop_token_id=None,
+            tool_mask=[0],
+            turns=0,
+            prompt_ids=list(prompt_ids),
+            error=error,
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class GroupResult:

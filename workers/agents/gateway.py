@@ -10,7 +10,8 @@ An agent's client is bound to one session by its base URL (`http://ADDRESS:PORT/
 session's own token, its API key, so a framework on top of the OpenAI client needs nothing else. Each
 call of a session is rendered by vLLM, then handed to the engine as token ids that keep the session's
 earlier context exactly as sampled (session.py); the run's sampling settings replace the agent's
-(temperature, top_p, top_k, penalties, seed), and `max_tokens` is cut to the session's model tokens left.
+(sampling.distribution), `max_tokens` is cut to the session's model tokens left, and a field outside the
+allowlist (fields.py) is refused.
 A request without its session's token, or to a session that closed (its agent returned), is refused
 (401) and never recorded. The server listens on loopback unless `agent.host`
 says otherwise, and bounds what a client can make it hold before any token is checked: a request's
@@ -37,32 +38,15 @@ from fastapi import Request  # at module level: FastAPI reads the endpoints' ann
 
 from orchestrator.contracts.agents import AgentConfig
 from orchestrator.contracts.sampling import SamplingConfig
-from workers.agents.session import Call, Session, SessionRefused
-from workers.rollout.sampling import turn_seed
+from workers.agents import fields
+from workers.agents.session import Session, SessionRefused
+from workers.rollout.sampling import distribution, turn_seed
 
 SERVED_MODEL = "policy"
 # How long an idle connection stays open. The sessions' HTTP client drops its idle connections sooner
 # (runner.py), so it never sends a request on one the server is closing at that moment.
 KEEP_ALIVE_S = 120
 MAX_HEADER_BYTES = 64 << 10  # a request line and headers; an agent's are a few hundred bytes
-_NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0, "use_beam_search": False}
-# Request fields refused: they change the distribution sampled in ways the learner cannot reproduce, or
-# make vLLM see other ids than the ones recorded (echo re-renders; the transfer params carry ids).
-# Structured outputs and tool choices stay allowed: their logprobs are of the masked distribution sampled.
-REFUSED = (
-    "logit_bias",
-    "allowed_token_ids",
-    "bad_words",
-    "min_tokens",
-    "logprob_token_ids",
-    "vllm_xargs",
-    "echo",
-    "kv_transfer_params",
-    "ec_transfer_params",
-    "prompt_logprobs",
-    "truncate_prompt_tokens",
-    "continue_final_message",
-)
 logger = logging.getLogger(__name__)
 
 
@@ -141,30 +125,20 @@ class Gateway:
     def _overrides(self, open_: _Open, body: dict, limit_key: str, logprobs) -> dict:
         """The body with the run's sampling settings for this call, and its token limit under `limit_key`."""
         session, sampling = open_.session, open_.sampling
-        refused = [key for key in REFUSED if body.get(key) not in (None, False, {}, [])]
-        if refused:
-            raise GatewayError(
-                400,
-                f"{refused[0]}: not taken by the gateway (it would make the trained tokens differ from what the learner can score)",
-            )
         left = session.admit()
-        asked = body.get("max_completion_tokens") or body.get("max_tokens")
-        seed = turn_seed(sampling, open_.group_id, open_.sample_index, len(session.calls))
-        body = {key: value for key, value in body.items() if key not in ("max_tokens", "max_completion_tokens")}
-        return {
-            **body,
-            **_NEUTRAL,
+        run = {
+            **distribution(sampling, turn_seed(sampling, open_.group_id, open_.sample_index, len(session.calls))),
+            "use_beam_search": False,
             "model": SERVED_MODEL,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "top_k": sampling.top_k,
-            "seed": seed,
-            limit_key: min(asked or left, left),
             "n": 1,
             "logprobs": logprobs,
             "return_token_ids": True,
             "request_id": f"e{self.engine_id}-{session.key}-c{next(self._calls)}",
         }
+        try:
+            return fields.request(body, run, limit_key, left)
+        except fields.FieldRefused as error:
+            raise GatewayError(400, str(error)) from None
 
     async def chat(self, open_: _Open, body: dict) -> dict:
         async with open_.lock:
@@ -208,7 +182,8 @@ class Gateway:
         if not isinstance(prompt, str):
             raise GatewayError(400, "prompt: the gateway takes one text prompt per call (one session, one conversation)")
         request = _validated(CompletionRequest, self._overrides(open_, body, "max_tokens", 0))
-        rendered = self._llm.get_tokenizer()(prompt, add_special_tokens=request.add_special_tokens)["input_ids"]
+        tokenizer = self._llm.get_tokenizer()  # in a thread: a long prompt would hold up the engine's loop
+        rendered = (await asyncio.to_thread(tokenizer, prompt, add_special_tokens=request.add_special_tokens))["input_ids"]
         ids, new_segment = open_.session.prompt_ids(rendered, self._encode, self._decode)
         request.prompt = ids
         response = await self._answer(self._serving.completion.create_completion(request, None), open_)
@@ -253,16 +228,16 @@ class Gateway:
         return response
 
     def _record(self, open_: _Open, ids, completion_ids, logprobs, choice, new_segment: bool, messages) -> None:
-        call = Call(
-            prompt_ids=list(ids),
+        open_.session.record(
+            ids,
+            new_segment,
+            messages,
+            self._decode,
             completion_ids=list(completion_ids),
             logprobs=[float(value) for value in logprobs],
             finish_reason=str(choice.finish_reason),
             policy_version=self._policy_version(),
-            new_segment=new_segment,
-            messages=messages,
         )
-        open_.session.record(call, self._decode)
 
     def _app(self):
         from fastapi import FastAPI

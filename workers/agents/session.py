@@ -24,15 +24,19 @@ class SessionRefused(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Call:
-    """One model call as the engine saw and answered it."""
+    """One model call as the engine saw and answered it, kept as what it added to its session: the first call
+    of a segment keeps its whole prompt, a later one the ids after the context before it, so what a session
+    holds grows with its conversation, not with the conversation's square."""
 
-    prompt_ids: list[int]  # the whole context, as the engine received it
+    added_ids: list[int]  # the prompt's ids after the session's context (all of them if it starts a segment)
     completion_ids: list[int]  # what it sampled (a stop or EOS token included)
     logprobs: list[float]  # of each sampled token
     finish_reason: str  # vLLM's: "stop", "length" or "tool_calls"
     policy_version: int
     new_segment: bool  # its prompt did not extend the session's earlier context
-    messages: list[dict] | None  # chat calls: the request's messages and the reply's message
+    messages: (
+        list[dict] | None
+    )  # chat calls: the request's messages after the earlier calls' (all of them if it starts a segment), and the reply
 
 
 class Session:
@@ -45,6 +49,7 @@ class Session:
         self.prefix_mismatches = 0
         self._context: list[int] = []  # the last call's prompt and completion ids
         self._context_text = ""
+        self._messages = 0  # how many messages the last call's request and reply held
 
     def tokens_left(self) -> int:
         return self.token_budget - sum(len(call.completion_ids) for call in self.calls)
@@ -75,7 +80,16 @@ class Session:
         self.prefix_mismatches += 1
         return list(rendered_ids), True
 
-    def record(self, call: Call, decode: Callable[[list[int]], str]) -> None:
+    def record(
+        self, prompt_ids: list[int], new_segment: bool, messages: list[dict] | None, decode: Callable[[list[int]], str], **answer
+    ) -> Call:
+        """Keep a call: the `prompt_ids` and `new_segment` that `prompt_ids()` gave for it, its chat `messages`
+        (the request's and the reply), and `answer`, the rest of its `Call` (what the engine sampled)."""
+        added = prompt_ids if new_segment else prompt_ids[len(self._context) :]
+        kept = messages if messages is None or new_segment else messages[self._messages :]
+        call = Call(added_ids=list(added), new_segment=new_segment, messages=kept, **answer)
         self.calls.append(call)
-        self._context = call.prompt_ids + call.completion_ids
+        self._context = list(prompt_ids) + call.completion_ids
         self._context_text = decode(self._context)
+        self._messages = 0 if messages is None else len(messages)
+        return call

@@ -55,13 +55,11 @@ def _segment_sample(
     error: str | None,
 ) -> Sample:
     ids, logprobs, mask = [], [], []
-    context = len(calls[0].prompt_ids)
-    for call in calls:
-        added = call.prompt_ids[context:]
+    for index, call in enumerate(calls):
+        added = call.added_ids if index else []  # the first call's are the segment's prompt
         ids += added + call.completion_ids
         logprobs += [None] * len(added) + list(call.logprobs)
         mask += [0] * len(added) + [1] * len(call.completion_ids)
-        context = len(call.prompt_ids) + len(call.completion_ids)
     last = calls[-1]
     ended_at_eos = bool(last.completion_ids) and last.completion_ids[-1] == eos_token_id
     return Sample(
@@ -74,7 +72,7 @@ def _segment_sample(
         stop_token_id=eos_token_id if ended_at_eos else None,
         tool_mask=mask,
         turns=len(calls),
-        prompt_ids=list(calls[0].prompt_ids),
+        prompt_ids=list(calls[0].added_ids),
         messages=_conversation(calls),
         reward=reward,
         error=error,
@@ -83,28 +81,9 @@ def _segment_sample(
     )
 
 
-def unanswered_sample(prompt_ids: list[int], sample_index: int, eos_token_id: int | None, error: str) -> Sample:
-    """The sample of a session that made no model call (the agent failed first): the group's prompt and one
-    token that is not trained on (tool_mask 0), so it is scored as failed (`error`) and counts in its group."""
-    return Sample(
-        sample_index=sample_index,
-        completion="",
-        completion_ids=[0 if eos_token_id is None else eos_token_id],
-        logprobs=[None],
-        finish_reason="stop",
-        stop_reason=None,
-        stop_token_id=None,
-        tool_mask=[0],
-        turns=0,
-        prompt_ids=list(prompt_ids),
-        error=error,
-    )
-
-
 def _conversation(calls: list[Call]) -> list[dict] | None:
-    """The messages after the segment's first prompt (TRL's conversational completion): what the last
-    call sent beyond the first call's messages, and the last reply. None for text completions."""
-    first, last = calls[0].messages, calls[-1].messages
-    if first is None or last is None:
+    """The messages after the segment's first prompt (TRL's conversational completion): the first reply,
+    then what each later call added and its reply. None for text completions."""
+    if any(call.messages is None for call in calls):
         return None
-    return last[len(first) - 1 :]
+    return [calls[0].messages[-1], *(message for call in calls[1:] for message in call.messages)]

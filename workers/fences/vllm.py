@@ -10,6 +10,14 @@ vLLM makes no promise about.
 Before a LoRA run starts, `supports_lora` asks vLLM's model registry whether the model's
 architecture takes adapters, through a private lookup (`ModelRegistry._try_load_model_cls`).
 
+The agent gateway (workers/agents/gateway.py, and nowhere else) builds vLLM's OpenAI serving layer on
+the engine's `AsyncLLM`: `OpenAIServingChat`, `OpenAIServingCompletion`, `OpenAIServingModels`,
+`ServingTokenization`, `OnlineRenderer`, `render_chat_request` and `create_error_response`, whose module
+paths and constructors change between releases; and it sends a chat call's prompt as ids through the
+request's `kv_transfer_params={"prompt_token_ids": ...}`. Its allowlist of request fields
+(workers/agents/fields.py) is checked against `ChatCompletionRequest` and `CompletionRequest` by
+tests/workers/agents/test_fields.py, so a release that adds a field fails until the field is placed.
+
 Not an internal, but a behaviour of this release that the engines work around: after a partial
 (chunked) prefill vLLM 0.32 rewinds the request's generator (`vllm/v1/worker/gpu_model_runner.py:3502`,
 `gen.set_offset(...)`), which a CPU generator refuses, killing the engine for any seeded request; so CPU
@@ -18,7 +26,8 @@ engines start with `enable_chunked_prefill=False` (workers/rollout/engine.py: `e
 Importing this module checks the installed vLLM and refuses another release: move `PINNED` only
 after comparing `pause_keep_requests` with `AsyncLLM.pause_generation` in the new
 `vllm/v1/engine/async_llm.py`, `supports_lora` with `vllm/model_executor/models/registry.py`, and
-whether `_bookkeeping_sync` still rewinds generators (if not, CPU engines may prefill in chunks again).
+whether `_bookkeeping_sync` still rewinds generators (if not, CPU engines may prefill in chunks again), and
+run the agent tests (tests/workers/agents, tests/orchestrator/training/test_agent_run.py).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from typing import Literal
 
 from orchestrator.contracts import builtins, user_functions
 from orchestrator.contracts.agents import AgentUse
+from orchestrator.contracts.engine_death import GroupTimeoutError
 from orchestrator.contracts.fingerprint import TokenizerFingerprint, fingerprint
 from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.rollout import RolloutConfig
@@ -203,9 +204,10 @@ class RolloutEngine:
             samples = await asyncio.wait_for(self.weights.loads.unless_failed(work), self.config.request_timeout_s)
         except TimeoutError:
             await self._llm.abort(request_ids)
-            raise TimeoutError(
+            raise GroupTimeoutError(
                 f"engine {self.engine_id}: group {request.group_id} did not finish within "
-                f"rollout.request_timeout_s={self.config.request_timeout_s}s"
+                f"rollout.request_timeout_s={self.config.request_timeout_s}s",
+                request.group_id,
             ) from None
         return GroupResult(group_id=request.group_id, engine_id=self.engine_id, policy_version=version, samples=samples)
 
@@ -255,7 +257,7 @@ class RolloutEngine:
     async def _agent_samples(self, request: GroupRequest) -> list[Sample]:
         """Agent groups: the user's function runs one session per sample (workers/agents/), all at once;
         each session's recorded calls become its sample, or one per segment when its history was rewritten."""
-        from workers.agents.trajectory import session_samples, unanswered_sample
+        from workers.agents.trajectory import session_samples
 
         use = request.agent
         gateway = await self.started_gateway(use)
@@ -287,7 +289,7 @@ class RolloutEngine:
                 samples += session_samples(session, index, decode, self._eos_id, outcome.reward, outcome.error, split)
             else:
                 error = outcome.error or f"session {session.key} made no model call"
-                samples.append(unanswered_sample(request.prompt_ids, index, self._eos_id, error))
+                samples.append(Sample.unanswered(request.prompt_ids, index, self._eos_id, error))
         return samples
 
     async def started_gateway(self, use: AgentUse):

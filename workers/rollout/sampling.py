@@ -35,10 +35,7 @@ def _params(sampling: SamplingConfig, n: int, seed: int | None, max_tokens: int,
 
     return SamplingParams(
         n=n,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        top_k=sampling.top_k,
-        seed=seed,
+        **distribution(sampling, seed),
         max_tokens=max_tokens,
         stop=list(stop),
         stop_token_ids=list(stop_token_ids),
@@ -49,6 +46,22 @@ def _params(sampling: SamplingConfig, n: int, seed: int | None, max_tokens: int,
         allowed_token_ids=sampling.allowed_token_ids,
         output_kind=RequestOutputKind.FINAL_ONLY,  # all n completions at once, at the end
     )
+
+
+def distribution(sampling: SamplingConfig, seed: int | None) -> dict:
+    """What shapes the distribution each token is drawn from, in vLLM's names (`SamplingParams` and the
+    OpenAI request models share them): the run's settings, and neutral values for those the run does not
+    expose. Rollouts, tool turns and agent calls all sample from this; the learner scores under it."""
+    return {
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k,
+        "seed": seed,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+    }
 
 
 def turn_seed(sampling: SamplingConfig, group_id: int, sample_index: int, turn: int) -> int | None:

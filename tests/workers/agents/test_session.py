@@ -4,7 +4,7 @@ segment, and each segment becomes a sample of its own, or only the last does (pl
 
 import pytest
 
-from workers.agents.session import Call, Session, SessionRefused
+from workers.agents.session import Session, SessionRefused
 from workers.agents.trajectory import session_samples
 
 
@@ -22,10 +22,11 @@ def _codec(tokenizer):
 
 
 def _call(session, rendered, completion, encode, decode, messages=None):
+    """The ids the engine is sent for the call, after recording it."""
     ids, new = session.prompt_ids(rendered, encode, decode)
-    call = Call(ids, completion, [-0.5] * len(completion), "stop", 0, new, messages)
-    session.record(call, decode)
-    return call
+    answer = dict(completion_ids=completion, logprobs=[-0.5] * len(completion), finish_reason="stop", policy_version=0)
+    session.record(ids, new, messages, decode, **answer)
+    return ids
 
 
 def test_a_continued_conversation_keeps_the_sampled_ids_where_re_tokenising_would_not(lookup_tokenizer):
@@ -40,10 +41,11 @@ def test_a_continued_conversation_keeps_the_sampled_ids_where_re_tokenising_woul
     conversation = decode(prompt + sampled) + "<result> jade </result>"
     second = _call(session, encode(conversation), encode(" answer jade"), encode, decode)
 
-    assert second.prompt_ids[: len(prompt) + len(sampled)] == prompt + sampled  # as sampled, " app" + "le"
-    assert second.prompt_ids[len(prompt) + len(sampled) :] == encode("<result> jade </result>")
-    assert encode(conversation) != second.prompt_ids  # re-tokenising the conversation gives other ids
-    assert not second.new_segment and session.prefix_mismatches == 0
+    assert second[: len(prompt) + len(sampled)] == prompt + sampled  # as sampled, " app" + "le"
+    assert second[len(prompt) + len(sampled) :] == encode("<result> jade </result>")
+    assert encode(conversation) != second  # re-tokenising the conversation gives other ids
+    assert not session.calls[1].new_segment and session.prefix_mismatches == 0
+    assert session.calls[1].added_ids == encode("<result> jade </result>")  # kept: what the call added
 
 
 def test_the_sample_trains_on_sampled_tokens_only(lookup_tokenizer):
