@@ -36,7 +36,13 @@ class AutoscaleSettings(StrictModel):
         0.1,
         ge=0.0,
         description="A growth must raise generation throughput (completion tokens per second of generation) by this share; "
-        "one that did not is undone, and the pool grows no further than the size before it.",
+        "one that did not is undone, and the pool grows no further than the size before it for retry_growth_steps.",
+    )
+    retry_growth_steps: int | None = Field(
+        50,
+        ge=1,
+        description="Steps after a growth that did not pay before growth past that size may be tried again (what limited "
+        "it, a busy machine or short completions, may have changed). null: never.",
     )
 
     @model_validator(mode="after")
@@ -118,6 +124,14 @@ class RolloutConfig(StrictModel):
         "of a long prefill can take longer), not one group; request_timeout_s stays the bound on a group.",
     )
     max_restarts: int = Field(8, ge=0, description="Dead engines replaced per run before the pool stops replacing.")
+    max_group_deaths: int = Field(
+        2,
+        ge=1,
+        description="A group on an engine that dies (or misses request_timeout_s) goes to another engine, with at most "
+        "one such group per engine; once it has been on this many dying engines it fails by name (group, prompt, its "
+        "agent or tools, the last error): its samples score reward_error_score, or the run stops with that message. "
+        "Keeps one poison prompt from spending every restart (orchestrator/rollout/poison.py).",
+    )
     max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] | None = Field(
         None,
         description="LoRA runs (lora:): the largest adapter rank the engines serve (vLLM's max_lora_rank, one of the "

@@ -116,6 +116,9 @@ class JudgeRouter:
             results = self.pool.generate(requests)
             self._count(ids, results, time.perf_counter() - began)
         by_group = {result.group_id: result.samples[0] for result in results}
+        failed = [sample.error for sample in by_group.values() if sample.error is not None]
+        if failed:  # a prompt that kept killing the judge's engines (orchestrator/rollout/poison.py)
+            raise JudgeError(f"judge {self.name!r}: {failed[0]}")
         return [(by_group[request.group_id], len(request.prompt_ids)) for request in requests]
 
     def close(self, timeout_s: float) -> None:

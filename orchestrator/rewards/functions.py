@@ -75,7 +75,7 @@ def score(
     user_files: Mapping[str, UserFile] | None = None,
     reward_models: list | None = None,
     judges: dict | None = None,
-    agent_errors: list[str | None] | None = None,
+    sample_errors: list[str | None] | None = None,
     **kwargs,
 ) -> dict[str, list[float]]:
     """Every reward function on every sample, plus their weighted sum under "reward".
@@ -88,9 +88,10 @@ def score(
     under "reward_errors". `user_files`: the reward files as the driver read them (`ship`), loaded
     instead of this node's copies; `reward_models`: the reward-model workers, for specs that are models;
     `judges`: {name: Judge} (orchestrator/judges/client.py), given to every function as its `judges`
-    keyword argument when the run has any; `agent_errors`: why each agent session failed (None: it did
-    not), a failed session scoring `error_score` whatever the functions gave it, or stopping the run
-    naming it when `error_score` is not set."""
+    keyword argument when the run has any; `sample_errors`: why each sample failed before it could be
+    scored (an agent session that failed, a group that kept killing its engines; None: it did not), a failed
+    sample scoring `error_score` whatever the functions gave it, or stopping the run with its error when
+    `error_score` is not set."""
     weights = weights or [1.0] * len(specs)
     fns = {spec: resolve(spec, user_files, reward_models) for spec in specs}  # each file's module is loaded once per process
     args = {"prompts": prompts, "completions": completions, "completion_ids": completion_ids, **kwargs}
@@ -102,10 +103,10 @@ def score(
         scores[f"rewards/{reward_name(spec)}"] = values
         errors += failed
     total, unscored = _weighted_sum([scores[f"rewards/{reward_name(spec)}"] for spec in specs], weights)
-    failed = [index for index, error in enumerate(agent_errors or []) if error is not None]
+    failed = [index for index, error in enumerate(sample_errors or []) if error is not None]
     if failed:
         if error_score is None:
-            raise RewardError(f"{agent_errors[failed[0]]} (set reward_error_score to score failed sessions)")
+            raise RewardError(f"{sample_errors[failed[0]]} (set reward_error_score to score such samples)")
         for index in failed:
             total[index] = error_score
         errors += len(failed)

@@ -53,7 +53,7 @@ RESERVED_REWARD_KWARGS = {
     "reward_models",
     "judges",
     "agent_reward",
-    "agent_errors",
+    "sample_errors",
 }
 
 
@@ -120,12 +120,13 @@ class RewardScorer:
                 "sample_index",
                 "finish_reason",
                 "stop_reason",
+                "sample_errors",
                 *self.dataset_keys,
             )
         }
         agent = bool(requests) and requests[0].agent is not None
-        if agent:  # what each session's agent returned, for builtin:agent_reward; failed sessions, for `score`
-            fields.update(agent_reward=[], agent_errors=[])
+        if agent:  # what each session's agent returned, for builtin:agent_reward
+            fields.update(agent_reward=[])
         for request, result in zip(requests, results):
             row = self.columns[request.prompt_index] if self.dataset_keys else None
             prompt = request.prompt if self.conversations is None else self.conversations[request.prompt_index]
@@ -134,12 +135,12 @@ class RewardScorer:
                 fields["completions"].append(self._completion(sample))
                 if agent:
                     fields["agent_reward"].append(sample.reward)
-                    fields["agent_errors"].append(sample.error)
                 fields["completion_ids"].append(sample.completion_ids)
                 fields["group_id"].append(request.group_id)
                 fields["sample_index"].append(sample.sample_index)
                 fields["finish_reason"].append(sample.finish_reason)
                 fields["stop_reason"].append(sample.stop_reason)
+                fields["sample_errors"].append(sample.error)  # failed before scoring (`score` scores or stops)
                 for key in self.dataset_keys:
                     fields[key].append(row.get(key))
         return self._task.remote(

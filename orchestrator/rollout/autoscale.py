@@ -14,7 +14,7 @@ it waits `cooldown_steps` before deciding again. A growth must pay: once the new
 pool's generation throughput (completion tokens per second the pool was busy, which does not move when
 completions grow longer) must have risen by `min_gain`,
 else the growth is undone and the pool grows no further than that (a machine whose cores are all
-busy gains nothing from one more engine). While engines are still starting (a cluster waiting for
+busy gains nothing from one more engine) for `retry_growth_steps` steps, after which it may try again. While engines are still starting (a cluster waiting for
 a node) nothing is decided: they do not block the run, and the pool serves on those it has.
 """
 
@@ -45,7 +45,8 @@ class Autoscaler:
     def __init__(self, settings: AutoscaleSettings, engines: int):
         self.settings = settings
         self.target = engines
-        self.ceiling = settings.max_engines  # lowered when a growth did not pay
+        self.ceiling = settings.max_engines  # lowered when a growth did not pay, until `_ceiling_steps` run out
+        self._ceiling_steps = 0
         self._window: collections.deque[StepTimings] = collections.deque(maxlen=settings.window_steps)
         self._cooldown = 0
         self._growth: tuple[int, float] | None = None  # (engines before, their throughput) of a growth on trial
@@ -61,6 +62,7 @@ class Autoscaler:
     def decide(self, timings: StepTimings, serving: int, pending: int) -> Decision:
         """The target after a step; `serving`: engines serving now, `pending`: engines still starting. Only
         steps after the cooldown with every engine serving enter the window: it measures the pool as sized."""
+        self._age_ceiling()
         if self._cooldown:
             self._cooldown -= 1
             return self._hold(f"cooling down after a resize ({self._cooldown + 1} step(s) left)")
@@ -108,11 +110,20 @@ class Autoscaler:
         if gain >= self.settings.min_gain:
             return None
         self.ceiling = before
+        self._ceiling_steps = self.settings.retry_growth_steps or 0
+        later = f"for {self._ceiling_steps} steps" if self._ceiling_steps else "for the rest of the run"
         return self._resize(
             before,
             f"growing to {self.target} engines raised throughput {gain:+.0%} (min_gain={self.settings.min_gain:g}): "
-            f"back to {before}, and no further growth",
+            f"back to {before}, and no further growth {later}",
         )
+
+    def _age_ceiling(self) -> None:
+        """A lowered ceiling lasts `retry_growth_steps` steps (for ever with null)."""
+        if self._ceiling_steps:
+            self._ceiling_steps -= 1
+            if not self._ceiling_steps:
+                self.ceiling = self.settings.max_engines
 
     def _wait(self) -> float:
         step_s = sum(t.step_s for t in self._window)

@@ -10,7 +10,8 @@ The state of the batch lives here, and each thing that can happen to it is one m
     check_health()    engines that hold groups and stopped answering are replaced (health.py)
     drain()           engines on nodes Ray is draining take no more groups and hand back their queued ones
     collect(future)   a call came back: results are kept, a death sends the engine's groups elsewhere
-    died(engine, e)   an engine is gone: its groups go back to the front of the queue
+    died(engine, e)   an engine is gone: its groups go back to the front of the queue, those that kept
+                      killing engines fail by name (poison.py)
 
 `run()` repeats them until every group has a result. Groups go out in batches and come back in
 batches (workers/rollout/group_queue.py): each engine has at most one call waiting, `exchange`,
@@ -37,6 +38,7 @@ from orchestrator.rollout.collector import ResultFreezer
 from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
 from orchestrator.rollout.fleet import EngineFailedError, EngineFleet
 from orchestrator.rollout.health import Watchdog
+from orchestrator.rollout.poison import GroupDeaths
 
 WATCHDOG_TICK_S = 1.0  # how often the loop looks for wedged engines (each is asked every health_check_interval_s)
 DRAIN_CHECK_S = 5.0  # how often it asks Ray which nodes are draining (a preemption notice gives 30 s or more)
@@ -49,10 +51,15 @@ class Dispatch:
         requests: list[GroupRequest],
         batch: int,
         on_result: Callable[[GroupResult], None] | None = None,
+        deaths: GroupDeaths | None = None,
+        policy_version: int = 0,
     ):
-        """`batch` numbers this call on the engines (their queues hold one batch at a time)."""
+        """`batch` numbers this call on the engines (their queues hold one batch at a time); `deaths` counts
+        engine deaths per group across batches, and `policy_version` stamps the results of failed groups."""
         self.engines, self.batch, self.on_result = engines, batch, on_result
         config = self.config = engines.config
+        self.deaths = deaths or GroupDeaths(config.max_group_deaths)
+        self.policy_version = policy_version
         engines.admit_ready(block=False)
         self.queued = config.max_inflight_samples if config.max_queued_samples is None else config.max_queued_samples
         self.dispatcher = LeastLoadedDispatcher(list(engines.actors), config.max_inflight_samples + self.queued)
@@ -78,6 +85,9 @@ class Dispatch:
 
     def run(self) -> list[GroupResult]:
         """Every group's result, in completion order."""
+        for request in [request for request in self.pending if self.deaths.failed(request)]:
+            self.pending.remove(request)  # failed in an earlier batch: not sent to an engine again
+            self._fail(request, engine_id=-1)
         while self.pending or self.holding:
             self.admit()
             outgoing = self.assign()
@@ -110,15 +120,28 @@ class Dispatch:
             raise EngineFailedError("no rollout engine is left to generate with")
 
     def assign(self) -> dict[int, list[GroupRequest]]:
-        """Waiting groups, front first, each to the least-loaded engine with room for it: engine -> groups."""
+        """Waiting groups, front first, each to the least-loaded engine with room for it: engine -> groups.
+        A suspect (poison.py) goes only to an engine that holds no other suspect, or waits in its place."""
         outgoing: dict[int, list[GroupRequest]] = collections.defaultdict(list)
-        while self.pending and (engine_id := self.dispatcher.pick(self.pending[0].num_generations)) is not None:
+        waiting = []
+        while self.pending:
+            suspect = self.deaths.suspect(self.pending[0])
+            engine_id = self.dispatcher.pick(self.pending[0].num_generations, self._holding_suspects() if suspect else None)
+            if engine_id is None and suspect:
+                waiting.append(self.pending.popleft())
+                continue
+            if engine_id is None:
+                break
             request = self.pending.popleft()
             outgoing[engine_id].append(request)
             self.held[engine_id][request.group_id] = request
             self.holding += 1
             self.dispatcher.started(engine_id, request.num_generations)
+        self.pending.extendleft(reversed(waiting))
         return outgoing
+
+    def _holding_suspects(self) -> set[int]:
+        return {e for e, groups in self.held.items() if any(self.deaths.suspect(r) for r in groups.values())}
 
     def start_tail(self) -> None:
         """Once every group is out, engines queue no more than they generate, and the groups waiting in
@@ -182,13 +205,23 @@ class Dispatch:
             self._exchanged(engine_id, future)
 
     def died(self, engine_id: int, error: BaseException) -> None:
-        """The engine is replaced (fleet.py); its groups are generated again on live engines, exactly once."""
+        """The engine is replaced (fleet.py); its groups are generated again on live engines, exactly once,
+        but for those that have now been on `max_group_deaths` dying engines: they fail (poison.py)."""
+        leaving = engine_id in self.engines.draining  # its node went away: no group's fault
         self.engines.engine_died(engine_id, error)
         self.dispatcher.remove(engine_id)
         self.calling.discard(engine_id)
         lost = self.held.pop(engine_id, {})
         self.holding -= len(lost)
+        for request in [] if leaving else self.deaths.engine_died(list(lost.values()), error):
+            del lost[request.group_id]
+            self._fail(request, engine_id)
         self.pending.extendleft(reversed(lost.values()))
+
+    def _fail(self, request: GroupRequest, engine_id: int) -> None:
+        result = self.deaths.result(request, engine_id, self.policy_version)
+        log.warning(result.samples[0].error)
+        self._finished(result)
 
     def _call(self, engine_id: int, method: str, *args) -> None:
         future = getattr(self.engines.actors[engine_id], method).remote(self.batch, *args).future()
@@ -198,6 +231,12 @@ class Dispatch:
         else:
             self.side_calls[engine_id] += 1
         future.add_done_callback(self.finished.put)
+
+    def _finished(self, result: GroupResult) -> None:
+        self.results.append(result)
+        self.freezer.added()
+        if self.on_result is not None:
+            self.on_result(result)
 
     def _withdrawn(self, engine_id: int, future: concurrent.futures.Future) -> None:
         """The groups an engine handed back go to the end of the queue."""
@@ -226,12 +265,11 @@ class Dispatch:
         if collected.results:
             self.watchdog.heard(engine_id)
         for result in collected.results:
-            self.dispatcher.finished(engine_id, mine.pop(result.group_id).num_generations)
+            request = mine.pop(result.group_id)
+            self.dispatcher.finished(engine_id, request.num_generations)
+            self.deaths.came_back(request)
             self.holding -= 1
-            self.results.append(result)
-            self.freezer.added()
-            if self.on_result is not None:
-                self.on_result(result)
+            self._finished(result)
         if mine and not collected.results and not collected.held and not self.side_calls[engine_id]:
             raise RuntimeError(f"engine {engine_id} holds none of the {len(mine)} group(s) the driver gave it")
         self.returned.add(engine_id)

@@ -24,13 +24,18 @@ class LeastLoadedDispatcher:
         self._heap: list[tuple[int, int, int]] = []
         self._rebuild()
 
-    def pick(self, cost: int) -> int | None:
+    def pick(self, cost: int, avoid: set[int] | None = None) -> int | None:
         """The engine for a group of `cost` samples, or None if every engine is full.
 
         An idle engine always accepts, so a group larger than `capacity` still runs. Ties go to
         the engine that was given the fewest groups so far, which spreads a small batch evenly.
-        Only the least loaded engine needs checking: if it cannot take the group, none can.
+        Only the least loaded engine needs checking: if it cannot take the group, none can. With
+        engines to `avoid` (rare: poison.py), the others are scanned instead.
         """
+        if avoid:
+            others = [(load, self.assigned[e], e) for e, load in self.load.items() if e not in avoid]
+            load, _, engine_id = min(others, default=(None, None, None))
+            return engine_id if load is not None and (load == 0 or load + cost <= self.capacity) else None
         heap = self._heap
         while heap:
             load, assigned, engine_id = heap[0]

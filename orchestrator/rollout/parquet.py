@@ -34,7 +34,7 @@ ROLLOUT_SCHEMA = pa.schema(
         ("tool_mask", pa.list_(pa.int8())),  # TRL's: 1 the model's token, 0 a tool's observation token
         ("turns", pa.int32()),
         ("tool_calls", pa.list_(TOOL_CALL)),
-        ("agent_error", pa.string()),  # an agent session's failure (null: none, or not an agent run)
+        ("agent_error", pa.string()),  # why a sample failed before scoring: its agent session, or its group (poison.py)
         ("prefix_mismatches", pa.int32()),  # an agent session's calls that rewrote its history
         ("segment", pa.int32()),  # a split agent session's part, from 0; 0 for every other sample
     ]

@@ -7,7 +7,8 @@ callers get them back in any order and assemble by group id. Once every group is
 still queued on engines are taken back and go to whichever engines free room first, as the driver
 would have sent them with no queues at all: a batch's end waits for no engine's queue. A group whose engine died goes back to the
 queue for the live engines, and the group replaces the engine (fleet.py): the pool runs
-degraded on the engines it has and fails only when none are left.
+degraded on the engines it has and fails only when none are left. A group that keeps killing its
+engines fails by name instead of spending every replacement (poison.py).
 
 The pool is the front door to its engines: resizing (`resize`), replacing (`drop`) and weight syncs
 (`sync_weights`) go through it, and nothing outside orchestrator/rollout/ touches its `EngineFleet`.
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.rollout.dispatch import Dispatch
 from orchestrator.rollout.fleet import EngineFleet
+from orchestrator.rollout.poison import GroupDeaths
 from workers.weights.transport import LearnerSyncTimeout
 
 if TYPE_CHECKING:
@@ -36,6 +38,8 @@ class RolloutPool:
     def __init__(self, engines: EngineFleet):
         self.engines = engines
         self._batches = itertools.count()  # each `generate` call is a batch of its own on the engines
+        self._deaths = GroupDeaths(engines.config.max_group_deaths)  # engine deaths per group, over the run
+        self._policy_version = 0  # the engines' weights, as last synced
 
     def start(self) -> RolloutPool:
         self.engines.start()
@@ -83,6 +87,7 @@ class RolloutPool:
             self.drop(stuck.engines, replace_now)
             raise
         self.drop(report.dead, replace_now)
+        self._policy_version = weights.version
         return report
 
     def drop(self, dead: dict[int, BaseException], replace_now: bool = True) -> None:
@@ -98,4 +103,4 @@ class RolloutPool:
     def generate(self, requests: list[GroupRequest], on_result: Callable[[GroupResult], None] | None = None) -> list[GroupResult]:
         """Generate every group; results in completion order (assemble them by group id). `on_result`
         is called with each as it arrives. One call is one batch on the engines (dispatch.py)."""
-        return Dispatch(self.engines, requests, next(self._batches), on_result).run()
+        return Dispatch(self.engines, requests, next(self._batches), on_result, self._deaths, self._policy_version).run()

@@ -119,13 +119,22 @@ def _check_tools(config: TrainConfig) -> None:
 
 
 def _check_agent(config: TrainConfig, columns) -> None:
-    """The agent's function exists, is `async def`, and takes (client, prompt, **this dataset's columns)."""
+    """The agent's deadlines end before its group's, and its function exists, is `async def`, and takes
+    (client, prompt, **this dataset's columns)."""
     import inspect
 
     from orchestrator.contracts import builtins, user_functions
 
     if config.agent is None:
         return
+    agent, request_timeout_s = config.agent, config.rollout.request_timeout_s
+    if agent.session_timeout_s + agent.call_timeout_s >= request_timeout_s:
+        raise UserError(
+            f"agent.session_timeout_s={agent.session_timeout_s:g} + agent.call_timeout_s={agent.call_timeout_s:g} must be "
+            f"under rollout.request_timeout_s={request_timeout_s:g}: a group past request_timeout_s costs its engine (it "
+            "is replaced), where a session past its own deadline only fails; lower the agent's deadlines or raise "
+            "rollout.request_timeout_s"
+        )
     spec = config.agent.fn
     fn = user_functions.resolve(spec, "agent.fn", builtins.AGENTS)
     if not inspect.iscoroutinefunction(fn):

@@ -217,3 +217,16 @@ def test_an_unknown_tool_call_parser_is_named(tmp_path, capsys):
         "agent={fn: 'builtin:lookup', tool_call_parser: hermess}",
     )
     assert "agent.tool_call_parser: vLLM has no tool-call parser 'hermess' (it has: " in err and "hermes" in err
+
+
+def test_agent_deadlines_that_end_after_the_groups_are_refused(tmp_path, capsys):
+    """Past rollout.request_timeout_s an engine is replaced; an agent's own deadlines must come first."""
+    err = _train(
+        tmp_path,
+        capsys,
+        "model=builtin:lookup",
+        "prompts=builtin:lookup",
+        "agent={fn: 'builtin:lookup', session_timeout_s: 300, call_timeout_s: 120}",
+        "rollout.request_timeout_s=400",
+    )
+    assert "agent.session_timeout_s=300 + agent.call_timeout_s=120 must be under rollout.request_timeout_s=400" in err, err

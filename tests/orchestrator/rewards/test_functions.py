@@ -94,7 +94,7 @@ def test_an_agents_reward_and_its_failed_sessions():
     whatever the functions gave it, or stops the run naming the session."""
     args = dict(prompts=["p"] * 3, completions=["a", "b", "c"], completion_ids=[[1]] * 3, agent_reward=[1.0, None, 0.5])
     errors = [None, "session g0-s1: the agent raised ValueError: no", None]
-    scores = score(["builtin:agent_reward"], None, error_score=-1.0, agent_errors=errors, **args)
+    scores = score(["builtin:agent_reward"], None, error_score=-1.0, sample_errors=errors, **args)
     assert scores["reward"] == [1.0, -1.0, 0.5] and scores["reward_errors"] == 1
     with pytest.raises(RewardError, match=r"session g0-s1: the agent raised ValueError: no \(set reward_error_score"):
-        score(["builtin:agent_reward"], None, agent_errors=errors, **args)
+        score(["builtin:agent_reward"], None, sample_errors=errors, **args)

@@ -77,13 +77,22 @@ def test_an_engine_that_never_came_is_given_up_and_the_pool_goes_on_from_what_se
 
 
 def test_a_growth_that_did_not_raise_throughput_is_undone_and_not_tried_again():
-    scaler = Autoscaler(SETTINGS.model_copy(update={"min_gain": 0.1}), engines=1)
+    scaler = Autoscaler(SETTINGS.model_copy(update={"min_gain": 0.1, "retry_growth_steps": None}), engines=1)
     decisions = run(scaler, [step(0.8, 100)] * 2 + [step(0.8, 105)] * 3)  # two engines: +5% only
     assert decisions == [(1, 0), (2, 1), (2, 0), (2, 0), (1, -1)]
     assert scaler.ceiling == 1
     later = run(scaler, [step(0.8, 100)] * 4)
     assert {target for target, _ in later} == {1}
     assert "the last growth did not pay" in scaler.decide(step(0.8), serving=1, pending=0).reason
+
+
+def test_growth_is_tried_again_once_retry_growth_steps_have_passed():
+    scaler = Autoscaler(SETTINGS.model_copy(update={"min_gain": 0.1, "retry_growth_steps": 6}), engines=1)
+    run(scaler, [step(0.8, 100)] * 2 + [step(0.8, 105)] * 3)  # undone, as above: ceiling 1 for 6 steps
+    assert scaler.ceiling == 1
+    decisions = run(scaler, [step(0.8, 100)] * 6)
+    assert decisions[:5] == [(1, 0)] * 5 and decisions[5] == (2, 1)  # the sixth step may grow again
+    assert scaler.ceiling == SETTINGS.max_engines
 
 
 def test_a_manual_resize_starts_a_cooldown_and_ends_a_growth_on_trial():

@@ -1,6 +1,7 @@
 """`Dispatch` (one `RolloutPool.generate` call) on fake engines, without Ray: every group comes back
-once, queues are taken back at the tail, a dead engine's groups go to the others, a user error from an
-engine is raised as itself, and an engine that loses groups stops the batch."""
+once, queues are taken back at the tail, a dead engine's groups go to the others, a group that kills
+every engine it is on fails by name, a user error from an engine is raised as itself, and an engine that
+loses groups stops the batch."""
 
 import concurrent.futures
 import threading
@@ -14,6 +15,7 @@ from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.rollout.dispatch import Dispatch
 from orchestrator.rollout.fleet import EngineFailedError
+from orchestrator.rollout.poison import GroupDeaths
 from workers.rollout.group_queue import Collected
 
 
@@ -46,8 +48,11 @@ class FakeEngine:
     the front of its queue, and `withdraw` gives back the others. `fail` makes `exchange` fail instead;
     `lose` makes it answer with nothing while holding groups."""
 
-    def __init__(self, engine_id: int, per_call: int = 1000, delay_s: float = 0.0, fail=None, lose: bool = False):
+    def __init__(self, engine_id: int, per_call: int = 1000, delay_s: float = 0.0, fail=None, lose: bool = False, dies_with=None):
+        """`dies_with`: a group id that kills the engine whenever it is sent there."""
         self.engine_id, self.per_call, self.delay_s, self.fail, self.lose = engine_id, per_call, delay_s, fail, lose
+        self.dies_with = dies_with
+        self.together: list[set[int]] = []  # the group ids it held, at each call
         self.queued: list[GroupRequest] = []
         self.seen: list[int] = []  # group ids taken, in order
         self.withdrawn: list[int] = []  # group ids given back
@@ -62,6 +67,8 @@ class FakeEngine:
         self._submit(batch, requests)
         if self.fail is not None:
             return _done(error=self.fail)
+        if self.dies_with in [request.group_id for request in self.queued]:
+            return _done(error=ray.exceptions.ActorDiedError())
         future = concurrent.futures.Future()
         threading.Timer(self.delay_s, lambda: future.set_result(self._finish())).start()
         return future
@@ -76,6 +83,7 @@ class FakeEngine:
     def _submit(self, batch, requests):
         with self._lock:
             self.queued += requests
+            self.together.append({request.group_id for request in self.queued})
             self.seen += [request.group_id for request in requests]
         return _done()
 
@@ -152,6 +160,24 @@ def test_a_dead_engines_groups_are_generated_once_on_the_others():
     assert sorted(result.group_id for result in results) == list(range(6))
     assert {result.engine_id for result in results} == {1}
     assert list(engines.died) == [0] and set(dead.seen) <= set(alive.seen)
+
+
+def test_a_group_that_kills_every_engine_it_is_on_fails_by_name_and_spends_no_more_engines():
+    engines = [FakeEngine(engine_id, dies_with=3) for engine_id in range(5)]
+    fleet = FakeEngines(engines, max_inflight_samples=8, max_group_deaths=2)  # two groups of 4 per engine
+    deaths = GroupDeaths(limit=2)
+    results = Dispatch(fleet, _requests(12), batch=0, deaths=deaths, policy_version=6).run()
+    assert sorted(result.group_id for result in results) == list(range(12))  # each once
+    failed = [result for result in results if result.samples]  # the fakes' own results carry no samples
+    assert [result.group_id for result in failed] == [3] and failed[0].policy_version == 6
+    assert failed[0].samples[0].error.startswith("group 3 (prompt 3, generation only) failed: its prompt's groups were on 2")
+    assert len(fleet.died) == 2  # the limit, not every engine
+    first = next(iter(fleet.died))
+    suspects = set(engines[first].seen)  # what the first engine to die held: each goes on alone among them
+    assert all(len(held & suspects) <= 1 for engine in engines if engine.engine_id != first for held in engine.together)
+    fresh = FakeEngine(9)
+    again = Dispatch(FakeEngines([fresh], max_inflight_samples=8), _requests(4), batch=1, deaths=deaths).run()
+    assert [result.group_id for result in again if result.samples] == [3] and 3 not in fresh.seen  # failed at once
 
 
 def test_an_engine_on_a_draining_node_hands_back_its_queued_groups_and_takes_no_more():

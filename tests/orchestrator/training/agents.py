@@ -27,10 +27,12 @@ _LATE: set = set()  # calls an agent leaves running after it returned (kept from
 
 async def recording_lookup(client, prompt: str, answer: str, record_dir: str, fault: str = "", **columns) -> float:
     """The lookup agent, asking to see what the gateway records of every call (prompt and sampled ids,
-    logprobs); with `fault` 'raise' or 'hang' it fails after its first call, with 'rewrite' its second call
+    logprobs); with `fault` 'kill' it ends its engine's process at once, with 'raise' or 'hang' it fails after its first call, with 'rewrite' its second call
     sends a rewritten history. It also tries the gateway without its session's token, another session of
     its group with its own token, and (a healthy one) its own session once it has returned."""
     session = _session(client)
+    if fault == "kill":  # takes its engine's process down with it, every time
+        os._exit(1)
     if fault == "raise first":
         raise ValueError("before any call")
     async with httpx.AsyncClient(trust_env=False) as raw:
