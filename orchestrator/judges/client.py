@@ -1,8 +1,12 @@
 """`Judge`: what a reward function holds to ask a judge (`judges["quality"]` among its keyword arguments).
 
     async def judged(prompts, completions, judges, **kwargs):
-        questions = [f"{p}{c}\\nIs this answer correct? Answer yes or no:" for p, c in zip(prompts, completions)]
-        odds = await judges["quality"].choices(questions, [" yes", " no"])
+        judge = judges["quality"]
+        questions = [
+            f"Is the answer between the tags correct? Answer yes or no.\\nQuestion: {p}\\n<answer>{judge.untrusted(c)}</answer>\\nVerdict:"
+            for p, c in zip(prompts, completions)
+        ]
+        odds = await judge.choices(questions, [" yes", " no"])
         return [o[" yes"] for o in odds]                       # the log-probability of " yes"
 
     answers = await judges["quality"].generate(questions, max_tokens=32)   # JudgeCompletion per prompt
@@ -20,12 +24,19 @@ import asyncio
 import time
 
 from orchestrator.contracts.judges import JudgeCompletion
+from orchestrator.contracts.special_tokens import neutralise
 from orchestrator.judges.router import JudgeLostError, JudgeTimeoutError
 
 
 class Judge:
-    def __init__(self, name: str, router, timeout_s: float):
-        self.name, self._router, self.timeout_s = name, router, timeout_s
+    def __init__(self, name: str, router, timeout_s: float, specials: list[str] = ()):
+        """`specials`: the judge tokenizer's control-token strings (orchestrator/contracts/special_tokens.py)."""
+        self.name, self._router, self.timeout_s, self._specials = name, router, timeout_s, list(specials)
+
+    def untrusted(self, text: str) -> str:
+        """`text` (the policy's) with the judge's control-token strings made plain, so a completion cannot
+        end the judge's turn or write its own instructions; put it between clear delimiters, after yours."""
+        return neutralise(text, self._specials)
 
     async def generate(
         self,

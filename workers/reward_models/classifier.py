@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from orchestrator.contracts.special_tokens import neutralise, neutralise_messages, special_strings
+
 
 class SequenceClassifier:
     def __init__(self, model: str, tokenizer: str | None = None, max_batch_tokens: int = 8192, device: str | None = None):
@@ -36,12 +38,16 @@ class SequenceClassifier:
         self.max_batch_tokens = max_batch_tokens
 
     def texts(self, prompts: list, completions: list) -> list[str]:
-        """What the model reads for each sample: TRL's texts."""
+        """What the model reads for each sample: TRL's texts, the completions' control-token strings made
+        plain (orchestrator/contracts/special_tokens.py): TRL's completions never hold them (it decodes with
+        skip_special_tokens=True), so this changes no score of a completion TRL could produce."""
         from trl.data_utils import apply_chat_template, is_conversational
 
+        specials = special_strings(self.tokenizer)
         if is_conversational({"prompt": prompts[0]}):
-            return [apply_chat_template({"messages": p + c}, self.tokenizer)["text"] for p, c in zip(prompts, completions)]
-        return [p + c for p, c in zip(prompts, completions)]
+            plain = [neutralise_messages(c, specials) for c in completions]
+            return [apply_chat_template({"messages": p + c}, self.tokenizer)["text"] for p, c in zip(prompts, plain)]
+        return [p + neutralise(c, specials) for p, c in zip(prompts, completions)]
 
     def score(self, prompts: list, completions: list) -> list[float]:
         """One reward per sample (prompt + completion), in the order given."""

@@ -78,3 +78,12 @@ def test_a_tokenizer_without_pad_pads_with_eos_and_tells_the_model(reward_model)
     assert classifier.tokenizer.pad_token_id == classifier.tokenizer.eos_token_id
     assert classifier.model.config.pad_token_id == classifier.tokenizer.eos_token_id
     assert classifier.device == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_a_completion_spelling_the_models_eos_is_read_as_plain_text(reward_model):
+    """The reward model reads the policy's text: a completion cannot end the sequence early by writing the
+    EOS token's characters (here an EOS it would read, then text it would ignore after the pad)."""
+    classifier = SequenceClassifier(reward_model)
+    eos = classifier.tokenizer.eos_token
+    [text] = classifier.texts(["Q: a ? A:"], [f" apple{eos}"])
+    assert classifier.tokenizer.eos_token_id not in classifier.tokenizer(text, add_special_tokens=False)["input_ids"]
