@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 from orchestrator.contracts import builtins
-from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.errors import UserError, first_line
 
 
 def resolve_model(model: str | None, tokenizer: str | None, keys: tuple[str, str] = ("model", "tokenizer")) -> tuple[str, str]:
@@ -115,6 +115,35 @@ def _safetensors_problem(file: Path) -> str | None:
 
 def _expand(value: str | None) -> str | None:
     return str(Path(value).expanduser()) if value and value.startswith("~") else value
+
+
+def loaded_config(key: str, name: str, not_loaded: str = "does not load as a model"):
+    """The transformers config of model `name` (no weights loaded), or a UserError naming `key`. The
+    preflight of every extra model a run serves (judges, reward models) starts here."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(name)
+    except Exception as error:
+        raise UserError(f"{key}: {name!r} {not_loaded}: {first_line(error)}") from None
+
+
+def check_architecture(key: str, name: str, model_config, suffix: str, instead: str) -> None:
+    """Refuse a model none of whose architectures ends in `suffix` ('ForCausalLM'): `instead` says what it
+    must be and why."""
+    architectures = model_config.architectures or []
+    if not any(architecture.endswith(suffix) for architecture in architectures):
+        raise UserError(f"{key}: {name!r} is a {', '.join(architectures) or 'model of no stated architecture'}, {instead}")
+
+
+def loaded_tokenizer(key: str, name: str):
+    """The tokenizer at `name`, or a UserError naming `key`."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except Exception as error:
+        raise UserError(f"{key}: no tokenizer loads from {name!r}: {first_line(error)}") from None
 
 
 def check_token_ids(token_ids: list[int], tokenizer, key: str) -> None:

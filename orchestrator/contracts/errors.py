@@ -26,3 +26,13 @@ class CollectiveTimeoutError(RuntimeError):
     """A data-parallel learner rank gave up waiting in a collective call (the process group's timeout):
     some peer neither answered nor died. Raised by the learner actor in place of torch's plain
     RuntimeError, so the driver tells it apart by type (orchestrator/learner/group.py)."""
+
+
+def first_line(error: BaseException | str, limit: int | None = None) -> str:
+    """The first line of an error's message (or of a text) that is not blank, cut to `limit` characters:
+    what a one-line report quotes. An error without a message gives its type's name, a blank text 'no detail'."""
+    text = error if isinstance(error, str) else str(error)
+    line = next((line.strip() for line in text.splitlines() if line.strip()), None)
+    if line is None:
+        line = "no detail" if isinstance(error, str) else type(error).__name__
+    return line if limit is None else line[:limit]

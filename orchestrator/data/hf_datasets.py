@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from orchestrator.contracts.errors import UserError
+from orchestrator.contracts.errors import UserError, first_line
 from orchestrator.data.prompt_data import PromptData, PromptFileError, missing_column
 
 # A Hub dataset id: `name` or `owner/name`. A name with a data file's suffix is a missing file instead.
@@ -54,7 +54,7 @@ def _load_saved(path: Path, split: str, key: str):
     try:
         dataset = load_from_disk(str(path))
     except (FileNotFoundError, ValueError) as error:
-        raise PromptFileError(f"prompts folder {path} is not a saved dataset ({_first_line(error)})") from None
+        raise PromptFileError(f"prompts folder {path} is not a saved dataset ({first_line(error)})") from None
     if not isinstance(dataset, DatasetDict):  # one split, saved on its own
         return dataset, str(path)
     if split not in dataset:
@@ -76,13 +76,13 @@ def _load(source: str, column: str, split: str, subset: str | None, key: str):
     except DatasetNotFoundError as error:
         raise UserError(
             f"{key}: {source!r} is no local file or folder, and no dataset on the Hugging Face Hub that this machine "
-            f"can read ({_first_line(error)})"
+            f"can read ({first_line(error)})"
         ) from None
     except ValueError as error:  # an unknown subset, or none named where the dataset has several
         raise _subset_error(source, subset, key, error) from None
     except (FileNotFoundError, RuntimeError) as error:  # a folder without data files; a loading script
         raise UserError(
-            f"{key}: datasets.load_dataset cannot read {source} ({_first_line(error)}); expected data files "
+            f"{key}: datasets.load_dataset cannot read {source} ({first_line(error)}); expected data files "
             "(such as data/train-*.parquet or *.jsonl) or a save_to_disk folder"
         ) from None
     named = source if subset is None else f"{source} (subset {subset!r})"
@@ -98,11 +98,11 @@ def _load(source: str, column: str, split: str, subset: str | None, key: str):
     except ConnectionError:
         raise _unreachable(source, key) from None
     except (DatasetBuildError, pa.ArrowException) as error:  # a file that is not what its suffix says, columns that differ
-        raise UserError(f"{key}: {named} cannot be read ({_first_line(error.__cause__ or error)})") from None
+        raise UserError(f"{key}: {named} cannot be read ({first_line(error.__cause__ or error)})") from None
     try:
         return builder.as_dataset(split=split), where
     except ValueError as error:  # a split datasets could not list before preparing, or a bad slice
-        raise UserError(f"{key}_split: {named}: {_first_line(error)}") from None
+        raise UserError(f"{key}_split: {named}: {first_line(error)}") from None
 
 
 def _split_names(split: str) -> list[str]:
@@ -125,7 +125,7 @@ def _subset_error(source: str, subset: str | None, key: str, error: ValueError) 
         return UserError(f"{key}_subset: dataset {source!r} has several subsets ({', '.join(subsets)}); set {key}_subset to one")
     if subset is not None and subsets and subset not in subsets:
         return UserError(f"{key}_subset: dataset {source!r} has no subset {subset!r} (subsets: {', '.join(subsets)})")
-    return UserError(f"{key}: cannot load dataset {source!r} ({_first_line(error)})")
+    return UserError(f"{key}: cannot load dataset {source!r} ({first_line(error)})")
 
 
 def _unreachable(source: str, key: str) -> UserError:
@@ -133,7 +133,3 @@ def _unreachable(source: str, key: str) -> UserError:
         f"{key}: cannot load dataset {source!r}: the Hugging Face Hub is unreachable (no network, or HF_HUB_OFFLINE=1) "
         "and the datasets cache has no copy of it; no local file or folder has that name either"
     )
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

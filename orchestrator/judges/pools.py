@@ -23,6 +23,7 @@ from pathlib import Path
 
 from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.judges import JudgeSettings
+from orchestrator.contracts.special_tokens import special_strings
 from orchestrator.judges.client import Judge
 from orchestrator.log import log
 
@@ -41,26 +42,14 @@ def check(config, longest_prompt: int) -> dict[str, int]:
 
 
 def _check_one(name: str, judge: JudgeSettings, sample_tokens: int) -> int:
-    from transformers import AutoConfig, AutoTokenizer
-
-    from orchestrator.models import context_limit, resolve_model
+    from orchestrator.models import check_architecture, context_limit, loaded_config, loaded_tokenizer, resolve_model
 
     key = f"judges.{name}"
     model, tokenizer = resolve_model(judge.model, judge.tokenizer, keys=(f"{key}.model", f"{key}.tokenizer"))
-    try:
-        model_config = AutoConfig.from_pretrained(model)
-    except Exception as error:
-        raise UserError(f"{key}.model: {judge.model!r} does not load as a model: {_first_line(error)}") from None
-    architectures = model_config.architectures or []
-    if not any(architecture.endswith("ForCausalLM") for architecture in architectures):
-        raise UserError(
-            f"{key}.model: {judge.model!r} is a {', '.join(architectures) or 'model of no stated architecture'}; a judge "
-            "generates its answers, so it must be a causal LM (a sequence classifier belongs in reward_funcs)"
-        )
-    try:
-        AutoTokenizer.from_pretrained(tokenizer)
-    except Exception as error:
-        raise UserError(f"{key}.tokenizer: no tokenizer loads from {tokenizer!r}: {_first_line(error)}") from None
+    model_config = loaded_config(f"{key}.model", model)
+    instead = "not a causal LM: a judge generates its answers (a sequence classifier belongs in reward_funcs)"
+    check_architecture(f"{key}.model", model, model_config, "ForCausalLM", instead)
+    loaded_tokenizer(f"{key}.tokenizer", tokenizer)
     context = context_limit(model, judge.pool.max_model_len) or getattr(model_config, "max_position_embeddings", None)
     if context is None:
         raise UserError(f"{key}.pool.max_model_len: the judge's context is not known from {model!r}; set it")
@@ -72,10 +61,6 @@ def _check_one(name: str, judge: JudgeSettings, sample_tokens: int) -> int:
             f"at least {needed} needed (a judge with a longer context, or shorter prompts or max_completion_length)"
         )
     return context
-
-
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def judge_cpus(config) -> float:
@@ -92,7 +77,8 @@ class JudgeServer:
         self.engines = None  # kept from the moment it exists: a shutdown mid-start stops what started
 
     def start(self) -> int:
-        """Start the engines and admit them all (or fail); returns how many serve."""
+        """Start the engines and admit them all (or fail); returns how many serve, and the judge tokenizer's
+        control-token strings (for `Judge.untrusted`)."""
         from transformers import AutoTokenizer
 
         from orchestrator.judges.router import JudgeRouter
@@ -110,7 +96,7 @@ class JudgeServer:
         self.engines.size_for(model_config, pool_config.max_inflight_samples, self.context)
         pool = RolloutPool(self.engines).start()
         self.router = JudgeRouter(self.name, pool, tokenizer, self.settings, self.context)
-        return pool.size
+        return pool.size, special_strings(tokenizer)
 
     def generate(self, *args):
         return self.router.generate(*args)
@@ -132,6 +118,7 @@ class JudgeServer:
 class JudgePools:
     def __init__(self, servers: dict[str, object], settings: dict[str, JudgeSettings]):
         self.servers, self.settings = servers, settings
+        self.specials: dict[str, list[str]] = {}  # each judge tokenizer's control-token strings
 
     @classmethod
     def start(cls, config, cluster, contexts: dict[str, int]) -> JudgePools | None:
@@ -158,11 +145,15 @@ class JudgePools:
             if isinstance(error, ray.exceptions.RayTaskError):
                 raise error.cause from None
             raise
-        log.info("judges: " + ", ".join(f"{name} ({engines} engine(s))" for name, engines in started.items()))
+        judges.specials = {name: specials for name, (_, specials) in started.items()}
+        log.info("judges: " + ", ".join(f"{name} ({engines} engine(s))" for name, (engines, _) in started.items()))
         return judges
 
     def clients(self) -> dict[str, Judge]:
-        return {name: Judge(name, server, self.settings[name].timeout_s) for name, server in self.servers.items()}
+        return {
+            name: Judge(name, server, self.settings[name].timeout_s, self.specials.get(name, []))
+            for name, server in self.servers.items()
+        }
 
     def metrics(self) -> dict[str, float]:
         """Each judge's figures since the last call: judges/<name>/calls, prompts, prompt_tokens,

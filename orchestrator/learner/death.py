@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from orchestrator.contracts.errors import first_line
+
 _COUNTERS = (Path("/proc/vmstat"), Path("/sys/fs/cgroup/memory.events"), Path("/sys/fs/cgroup/memory/memory.oom_control"))
 
 
@@ -38,13 +40,9 @@ def death_cause(error_text: str, before: dict[str, int] | None, after: dict[str,
         return f"out of memory: the kernel's OOM killer killed a process on its node ({grown}: oom_kill went up)"
     if "creation task" in error_text:
         detail = error_text.split("creation task", 1)[1].strip(" ,")
-        return f"it failed to start: {_first_line(detail)}"
+        return f"it failed to start: {first_line(detail, 200)}"
     detail = re.search(r"Worker exit detail: (.*?)(?:\. |$)", error_text)
-    said = f"Ray says: {detail.group(1) if detail else _first_line(error_text)}"
+    said = f"Ray says: {detail.group(1) if detail else first_line(error_text, 200)}"
     if before and after:
         return f"not out of memory (its node's OOM-kill counters did not change); {said}"
     return said
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "no detail")[:200]

@@ -32,28 +32,18 @@ def check(config, conversational: bool, sample_tokens: int) -> None:
     whose positions cannot hold a sample of `sample_tokens` (the run's longest prompt and completion budget,
     in the policy's tokens: a longer sample would be cut or fail in the middle of a run), a tokenizer with
     neither pad nor EOS token, or one without a chat template in a conversational run."""
-    from transformers import AutoConfig, AutoTokenizer
+    from orchestrator.models import loaded_config, loaded_tokenizer
 
     tokenizers = config.reward_processing_classes or [None] * len(config.reward_funcs)
     for index, (spec, tokenizer_name) in enumerate(zip(config.reward_funcs, tokenizers)):
         if not is_model(spec):
             continue
         key = f"reward_funcs[{index}]"
-        try:
-            model_config = AutoConfig.from_pretrained(spec)
-        except Exception as error:
-            raise UserError(
-                f"{key}: {spec!r} is neither a reward function ('file.py:name') nor a model: {_first_line(error)}"
-            ) from None
+        model_config = loaded_config(key, spec, "is neither a reward function ('file.py:name') nor a model")
         _check_classifier(key, spec, model_config)
         _check_context(key, spec, model_config, sample_tokens)
         tokenizer_key = f"reward_processing_classes[{index}]" if tokenizer_name else key
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_name or spec)
-        except Exception as error:
-            raise UserError(
-                f"{tokenizer_key}: no tokenizer loads from {tokenizer_name or spec!r}: {_first_line(error)}"
-            ) from None
+        tokenizer = loaded_tokenizer(tokenizer_key, tokenizer_name or spec)
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
             raise UserError(f"{tokenizer_key}: the reward model's tokenizer has neither a pad nor an EOS token to pad with")
         if conversational and not tokenizer.chat_template:
@@ -64,13 +54,13 @@ def check(config, conversational: bool, sample_tokens: int) -> None:
 
 
 def _check_classifier(key: str, spec: str, model_config) -> None:
-    architectures = model_config.architectures or []
-    if not any(name.endswith("ForSequenceClassification") for name in architectures):
-        raise UserError(
-            f"{key}: {spec!r} is a {', '.join(architectures) or 'model of no stated architecture'}, not a sequence "
-            "classifier: a reward model is loaded as AutoModelForSequenceClassification with one label (TRL's "
-            "convention), and any other model would score with an untrained head"
-        )
+    from orchestrator.models import check_architecture
+
+    instead = (
+        "not a sequence classifier: a reward model is loaded as AutoModelForSequenceClassification with one label "
+        "(TRL's convention), and any other model would score with an untrained head"
+    )
+    check_architecture(key, spec, model_config, "ForSequenceClassification", instead)
     if model_config.num_labels != 1:
         raise UserError(f"{key}: {spec!r} has {model_config.num_labels} labels; a reward model has one (its logit is the reward)")
 
@@ -83,10 +73,6 @@ def _check_context(key: str, spec: str, model_config, sample_tokens: int) -> Non
             "tokens (its longest prompt and max_completion_length, in the policy's tokens): a reward model with a "
             "longer context, or shorter prompts or max_completion_length"
         )
-
-
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 class RewardModelServers:
