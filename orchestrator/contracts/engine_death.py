@@ -79,5 +79,5 @@ def reason(error: BaseException) -> str:
     lines = str(cause).splitlines() or [""]
     said = [lines[0][:200]]
     if isinstance(cause, ray.exceptions.ActorDiedError):
-        said += [line.strip() for line in lines[1:] if line and not line[0].isspace()][:1]
+        said += [line.strip()[:200] for line in lines[1:] if line and not line[0].isspace()][:1]
     return f"{type(cause).__name__}: " + " ".join(said)
