@@ -61,17 +61,25 @@ class RolloutConfig(StrictModel):
         description="Engine weight dtype. 'auto': float32 on CPU (exact logprobs); on GPU vLLM's own choice, bfloat16 "
         "for a float32 or bfloat16 checkpoint, so engines sample in bf16 while a float32 learner trains: the "
         "importance-sampling correction (vllm_importance_sampling_correction) weighs the mismatch, and "
-        "sampling/sampling_logp_difference/mean shows it. float32 makes GPU engines match a float32 learner.",
+        "sampling/sampling_logp_difference/mean shows it. float32 engines match a float32 learner on CPU (~3e-7); on GPU "
+        "they start with TRITON_F32_DEFAULT=ieee so that attention is float32 too (expected close, not yet measured).",
     )
     max_model_len: int | None = Field(None, ge=16, description="Prompt + completion limit; default from the model.")
     kv_cache_memory_bytes: int | None = Field(
         None,
         ge=1 << 20,
-        description="KV cache size per engine. Default on CPU: enough for max_inflight_samples at full length "
-        "(at least 256 MiB); on GPU: vLLM's own sizing from gpu_memory_utilization.",
+        description="KV cache size per engine. Default: enough for max_inflight_samples at full length (at least 256 "
+        "MiB); on GPU only while that is at most 2 GiB, else vLLM's own sizing from gpu_memory_utilization "
+        "(orchestrator/rollout/kv_cache.py).",
     )
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="GPU only: vLLM memory share.")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine.")
+    vllm_v1_runner: bool = Field(
+        False,
+        description="GPU only: run vLLM's V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0) instead of the V2 runner vLLM "
+        "0.32 picks on CUDA. The CPU engines this project is tested on run V1: the first thing to try when a CUDA "
+        "engine fails with a traceback inside vLLM's V2 runner (vllm/v1/worker/gpu/).",
+    )
     max_inflight_samples: int = Field(
         256, ge=1, description="Samples one engine generates at a time (vLLM's max_num_seqs; the CPU KV cache is sized for it)."
     )

@@ -111,10 +111,10 @@ class EngineFleet:
     def size_for(self, model_config: dict, samples_in_flight: int, tokens_per_sample: int) -> None:
         """Size each engine for the run's work, unless the user set these. Its context (`max_model_len`):
         the run's longest prompt plus its completion budget, within the model's own; a model's 32k
-        context would otherwise need a KV cache for a 32k-token sequence before the engine starts. On
-        CPU its KV cache too, capping the samples an engine holds to what was sized (kv_cache.py says
-        why this matters)."""
-        from orchestrator.rollout.kv_cache import cpu_kv_cache_bytes
+        context would otherwise need a KV cache for a 32k-token sequence before the engine starts. Its
+        KV cache too: on CPU always, capping the samples an engine holds to what was sized; on GPU while
+        that is small (kv_cache.py says why both matter)."""
+        from orchestrator.rollout.kv_cache import cpu_kv_cache_bytes, gpu_kv_cache_bytes
 
         update = {}
         if self.config.max_model_len is None:
@@ -128,6 +128,12 @@ class EngineFleet:
                 cpu_kv_cache_bytes(model_config, inflight, tokens_per_sample),
                 cpu_kv_cache_bytes(model_config, 1, context),  # vLLM refuses to start without room for one sequence
             )
+        elif self.config.kv_cache_memory_bytes is None:
+            dtype = self.config.weight_dtype(self.cluster.device)
+            inflight = min(self.config.max_inflight_samples, samples_in_flight)
+            sized = gpu_kv_cache_bytes(model_config, inflight, max(tokens_per_sample, context), dtype)
+            if sized is not None:
+                update.update(max_inflight_samples=inflight, kv_cache_memory_bytes=sized)
         self.config = self.config.model_copy(update=update)
 
     def start(self) -> EngineFleet:

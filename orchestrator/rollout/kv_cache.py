@@ -1,9 +1,15 @@
-"""How much KV cache a CPU engine needs for the work it will be given.
+"""How much KV cache an engine needs for the work it will be given.
 
 vLLM's CPU backend cannot size its KV cache from free memory when engines share a machine, so it
 is set explicitly. Too small is slow: vLLM preempts running sequences and computes them again. So the
 pool sizes the cache for every sample it may hold in flight at full length. (A preempted request comes
 back as one whole prefill: CPU engines never prefill in chunks, workers/rollout/engine.py says why.)
+
+On a GPU vLLM would take `gpu_memory_utilization` of the device: for a small model on a large GPU that
+is millions of blocks, which vLLM walks in Python at each weight load's cache reset (0.3-0.8 s a sync
+instead of ~0.03 s, expected from a read of vLLM 0.32), and its start-up memory profile fails when a
+colocated learner frees memory meanwhile. A KV size given explicitly skips that profile. So a GPU engine
+is sized for its work too while that is at most `GPU_SIZED_MAX_BYTES`; past it vLLM sizes the cache.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from __future__ import annotations
 MIN_BYTES = 256 << 20
 MAX_BYTES = 8 << 30
 CPU_BLOCK_TOKENS = 128  # vLLM's CPU block size: every sequence holds whole blocks
+GPU_BLOCK_TOKENS = 16  # vLLM's default block size on CUDA
+GPU_SIZED_MAX_BYTES = 2 << 30  # small enough to fit beside the weights of any model a GPU serves
 
 
 def bytes_per_token(model_config: dict, dtype_bytes: int = 4) -> int:
@@ -24,6 +32,17 @@ def bytes_per_token(model_config: dict, dtype_bytes: int = 4) -> int:
 def cpu_kv_cache_bytes(model_config: dict, sequences: int, tokens_per_sequence: int) -> int:
     """Enough for `sequences` sequences of `tokens_per_sequence` tokens (whole blocks, plus one
     spare block each), within [256 MiB, 8 GiB]."""
-    blocks = -(-tokens_per_sequence // CPU_BLOCK_TOKENS) + 1
-    need = sequences * blocks * CPU_BLOCK_TOKENS * bytes_per_token(model_config)
+    need = _need(model_config, sequences, tokens_per_sequence, CPU_BLOCK_TOKENS, 4)
     return max(MIN_BYTES, min(MAX_BYTES, need))
+
+
+def gpu_kv_cache_bytes(model_config: dict, sequences: int, tokens_per_sequence: int, dtype: str | None) -> int | None:
+    """A GPU engine's KV cache for the same work (at least 256 MiB), in the engines' `dtype` (None:
+    vLLM's choice, 16-bit); None (vLLM sizes it) when that is over `GPU_SIZED_MAX_BYTES`."""
+    need = _need(model_config, sequences, tokens_per_sequence, GPU_BLOCK_TOKENS, 4 if dtype == "float32" else 2)
+    return max(MIN_BYTES, need) if need <= GPU_SIZED_MAX_BYTES else None
+
+
+def _need(model_config: dict, sequences: int, tokens_per_sequence: int, block_tokens: int, dtype_bytes: int) -> int:
+    blocks = -(-tokens_per_sequence // block_tokens) + 1
+    return sequences * blocks * block_tokens * bytes_per_token(model_config, dtype_bytes)

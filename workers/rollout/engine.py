@@ -28,6 +28,7 @@ from orchestrator.contracts.engine_death import GroupTimeoutError
 from orchestrator.contracts.fingerprint import TokenizerFingerprint, fingerprint
 from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.rollout import RolloutConfig
+from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
 from workers.rollout.multi_turn import CallTool, Vocabulary, run_sample
 from workers.rollout.sampling import to_samples, to_turn, turn_params, turn_seed, vllm_params
@@ -93,6 +94,32 @@ def engine_args(
     )
 
 
+def warm_up_params() -> list:
+    """The warm-up's sampling: a group's own parameters (`vllm_params`: seeded, several samples, the sampled
+    token's processed log-prob, all at once), plain and with top-p and top-k masking."""
+    plain = SamplingConfig(max_tokens=2, ignore_eos=True, seed=0)
+    masked = plain.model_copy(update={"top_p": 0.9, "top_k": 8})
+    return [vllm_params(sampling, n=2, group_id=0) for sampling in (plain, masked)]
+
+
+def engine_environment(config: RolloutConfig, device: Device) -> dict[str, str]:
+    """What the engine's process environment must say before vLLM starts its engine process:
+    - CPU: the cores its threads bind to (`rollout.cpu_threads_bind`);
+    - CUDA, float32 weights: `TRITON_F32_DEFAULT=ieee`. vLLM's Triton attention (its only float32 backend on
+      CUDA) runs `tl.dot` in TF32 otherwise, and the engines' log-probs drift from a float32 learner's by
+      ~2-4e-4 mean, ~5e-3 max (expected from a read of vLLM 0.32; CPU engines: ~3e-7);
+    - CUDA, `rollout.vllm_v1_runner`: `VLLM_USE_V2_MODEL_RUNNER=0`, vLLM's V1 model runner, which every engine
+      path of the suite has run (vLLM 0.32 picks V2 on CUDA; V1 on CPU)."""
+    if device == "cpu":
+        return {} if config.cpu_threads_bind is None else {"VLLM_CPU_OMP_THREADS_BIND": config.cpu_threads_bind}
+    environment = {}
+    if config.weight_dtype(device) == "float32":
+        environment["TRITON_F32_DEFAULT"] = "ieee"
+    if config.vllm_v1_runner:
+        environment["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+    return environment
+
+
 def max_lora_rank(config: RolloutConfig, rank: int) -> int:
     """The engines' `max_lora_rank` for an adapter of rank `rank`: `rollout.max_lora_rank`, or the
     smallest value vLLM accepts that holds it."""
@@ -154,8 +181,7 @@ class RolloutEngine:
         adapter_file = tokenizer_dir / adapters.ADAPTER_CONFIG
         adapter_config = json.loads(adapter_file.read_text()) if adapter_file.is_file() else None
         rank = max_lora_rank(config, adapter_config["r"]) if adapter_config else None
-        if device == "cpu" and config.cpu_threads_bind is not None:  # read by vLLM's engine process as it starts
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = config.cpu_threads_bind
+        os.environ.update(engine_environment(config, device))  # read by vLLM's engine process as it starts
         self._llm = AsyncLLM.from_engine_args(
             engine_args(model, tokenizer_dir, config, device, seed, placeholder_weights, lora_rank=rank)
         )
@@ -167,17 +193,21 @@ class RolloutEngine:
         self._eos_text = tokenizer.eos_token
 
     async def warm_up(self) -> None:
-        """One short request, so the first real group does not pay for kernel set-up; then what the process holds
+        """Short requests of the shapes a run's groups take (`warm_up_params`), so the first real group does not pay
+        for kernel set-up inside the health check's clock (on CUDA the sampler's Triton kernels compile per shape:
+        log-probs, a seed, several samples, top-p/top-k); then what the process holds
         from start-up (vLLM, torch, the tokenizer: millions of objects, here for good) is frozen out of the cycle
         collector, as vLLM's own API server does: its full collections walked all of it with the GIL held (0.4 s
         every third agent step of the lookup task, while the gateway and vLLM's outputs waited). Frozen objects
         are still freed by reference counting; one alive now that later dies in a reference cycle is kept until
         shutdown. What comes later (weight loads, adapters, the gateway, requests) stays in the collector's care."""
-        from vllm import SamplingParams
 
-        params = SamplingParams(max_tokens=2, ignore_eos=True)
-        async for _ in self._llm.generate({"prompt_token_ids": [self._eos_id or 0]}, params, f"e{self.engine_id}-warm-up"):
-            pass
+        async def one(index: int, params) -> None:
+            prompt = {"prompt_token_ids": [self._eos_id or 0]}
+            async for _ in self._llm.generate(prompt, params, f"e{self.engine_id}-warm-up-{index}"):
+                pass
+
+        await asyncio.gather(*(one(index, params) for index, params in enumerate(warm_up_params())))
         gc.collect()
         gc.freeze()
 

@@ -1,4 +1,4 @@
-from orchestrator.rollout.kv_cache import MIN_BYTES, bytes_per_token, cpu_kv_cache_bytes
+from orchestrator.rollout.kv_cache import MIN_BYTES, bytes_per_token, cpu_kv_cache_bytes, gpu_kv_cache_bytes
 
 LLAMA = {"num_hidden_layers": 6, "num_attention_heads": 8, "num_key_value_heads": 8, "hidden_size": 512}
 
@@ -34,7 +34,7 @@ def test_engines_take_the_runs_context_not_the_models_32k(learner_tokenizer):
     assert engines.config.kv_cache_memory_bytes == cpu_kv_cache_bytes(qwen, 64, 600)
     on_gpu = _group(learner_tokenizer, "cuda")
     on_gpu.size_for(qwen, 64, 600)
-    assert on_gpu.config.max_model_len == 600 and on_gpu.config.kv_cache_memory_bytes is None  # vLLM sizes a GPU's
+    assert on_gpu.config.max_model_len == 600
     short = _group(learner_tokenizer, "cpu")
     short.size_for({**LLAMA, "max_position_embeddings": 256}, 64, 600)
     assert short.config.max_model_len == 256  # never more than the model's (preflight refuses prompts that need more)
@@ -45,3 +45,22 @@ def test_a_context_the_user_set_wins_and_gets_room_for_one_whole_sequence(learne
     engines.size_for({**LLAMA, "max_position_embeddings": 32768}, samples_in_flight=2, tokens_per_sample=100)
     assert engines.config.max_model_len == 32768
     assert engines.config.kv_cache_memory_bytes == cpu_kv_cache_bytes(LLAMA, 1, 32768) > MIN_BYTES
+
+
+def test_a_gpu_engine_of_a_small_run_is_sized_for_its_work_and_a_large_one_left_to_vllm(learner_tokenizer):
+    """vLLM's own sizing takes most of the GPU: millions of blocks for a small model, walked at every weight
+    load, and a start-up profile that a colocated learner's freed memory breaks. Sized explicitly, neither."""
+    on_gpu = _group(learner_tokenizer, "cuda")
+    on_gpu.size_for(LLAMA, samples_in_flight=64, tokens_per_sample=600)
+    # 16-token blocks of 16-bit keys and values (vLLM's choice of dtype on a GPU), at least 256 MiB
+    need = 64 * (-(-600 // 16) + 1) * 16 * bytes_per_token(LLAMA, 2)
+    assert on_gpu.config.kv_cache_memory_bytes == max(MIN_BYTES, need) == gpu_kv_cache_bytes(LLAMA, 64, 600, None)
+    fp32 = _group(learner_tokenizer, "cuda", dtype="float32")
+    fp32.size_for({**LLAMA, "num_hidden_layers": 8}, 64, 600)
+    assert fp32.config.kv_cache_memory_bytes == 64 * 39 * 16 * bytes_per_token({**LLAMA, "num_hidden_layers": 8}, 4)
+    large = _group(learner_tokenizer, "cuda", max_inflight_samples=256)
+    large.size_for({**LLAMA, "num_hidden_layers": 80, "num_attention_heads": 64, "hidden_size": 8192}, 256, 4096)
+    assert large.config.kv_cache_memory_bytes is None  # tens of GiB: vLLM sizes it from gpu_memory_utilization
+    mine = _group(learner_tokenizer, "cuda", kv_cache_memory_bytes=3 << 30)
+    mine.size_for(LLAMA, 64, 600)
+    assert mine.config.kv_cache_memory_bytes == 3 << 30  # the user's own value wins
