@@ -82,7 +82,9 @@ def test_a_judge_engine_killed_mid_call_is_replaced_and_no_answer_is_lost(judges
 def test_judges_that_cannot_serve_are_refused_naming_the_key(tmp_path):
     with pytest.raises(UserError, match=r"judges.quality.model path /nowhere/judge does not exist"):
         pools.check(_config(model="/nowhere/judge"), longest_prompt=20)
-    with pytest.raises(UserError, match=r"judges.quality.model: .* is a GPT2ForSequenceClassification; a judge generates"):
+    with pytest.raises(
+        UserError, match=r"judges.quality.model: .* is a GPT2ForSequenceClassification, not a causal LM: a judge generates"
+    ):
         pools.check(_config(model=str(short_preferring_reward_model())), longest_prompt=20)
     with pytest.raises(UserError, match=r"judges.quality.pool.max_model_len: the judge's context of 64 tokens .* at least 124"):
         pools.check(_config(pool={"max_model_len": 64}), longest_prompt=88)

@@ -45,6 +45,7 @@ def _generate(pool, tokenizer) -> None:
     assert len(pool.generate(make_groups(prompts, ids, 2, SamplingConfig(max_tokens=4, seed=0)))) == 2
 
 
+@pytest.mark.slow  # the session's own /dev/shm check (tests/conftest.py) follows every engine test, killed engines included (test_pool_recovery.py)
 def test_killed_and_stopped_engines_leave_no_shared_memory(tiny, learner_tokenizer, ray_session):
     before = _shm_names()
     pool = start_pool(ray_session, str(tiny.model_dir), learner_tokenizer, RolloutConfig(engines=1, max_restarts=1))

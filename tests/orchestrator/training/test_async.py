@@ -63,6 +63,7 @@ def four_ahead(tmp_path_factory):
     return run, _train(*args, f"output_dir={run}")
 
 
+@pytest.mark.slow  # a second async run; the bound per sample at max_staleness 1 is the test above
 def test_four_versions_ahead_keeps_the_bound_per_sample(four_ahead):
     run, proc = four_ahead
     table = pq.read_table(run / "rollouts")

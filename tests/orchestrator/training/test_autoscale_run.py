@@ -30,6 +30,7 @@ def _all_groups_once(run, steps: int) -> None:
     assert len(keys) == steps * 64 and len(set(keys)) == len(keys)
 
 
+@pytest.mark.slow  # the policy is rollout/test_autoscale.py's, a resize mid-run rollout/test_fleet.py's
 def test_a_pool_that_generation_keeps_ahead_shrinks_to_min_engines(tmp_path):
     run = tmp_path / "run"
     policy = "{min_engines: 1, max_engines: 2, grow_above: 1.0, shrink_below: 0.95, window_steps: 1, cooldown_steps: 0}"

@@ -116,6 +116,7 @@ def _metrics(run) -> list[dict]:
 
 
 @pytest.mark.engines
+@pytest.mark.slow  # the rounds' arithmetic is this file's unit tests above
 def test_every_trained_group_differs_and_every_step_is_full(filled):
     table = pq.read_table(filled / "rollouts").to_pandas()
     metrics = _metrics(filled)

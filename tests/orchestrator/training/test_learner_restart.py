@@ -59,6 +59,9 @@ def _run(tmp_path, **settings):
 
 class _Fleet:
     def __init__(self, engine_ids):
+        from orchestrator.contracts.rollout import RolloutConfig
+
+        self.config = RolloutConfig()
         self.actors = {engine_id: f"actor {engine_id}" for engine_id in engine_ids}
         self.died = []
 

@@ -58,6 +58,7 @@ def _stop_after_two_steps(run, stop) -> int:
     return stopped_at
 
 
+@pytest.mark.slow  # the SIGTERM test below takes the same clean stop, and resumes
 def test_ctrl_c_stops_the_run_cleanly_with_a_checkpoint(tmp_path):
     _stop_after_two_steps(tmp_path / "interrupted", signal.SIGINT)
 

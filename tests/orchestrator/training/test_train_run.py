@@ -202,6 +202,7 @@ def _expected_reward(model, tokenizer, reward, samples_per_prompt=16):
 SEEDS = (0, 1, 2)
 
 
+@pytest.mark.slow  # six runs (ours and TRL's, three seeds each); each step's loss and gradients equal TRL's in workers/learner/test_grpo.py and test_importance_sampling.py
 def test_reward_rises_about_as_fast_as_trl(run, tiny, reward_file, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
