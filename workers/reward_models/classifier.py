@@ -35,6 +35,7 @@ class SequenceClassifier:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model.config.get_text_config().pad_token_id = self.tokenizer.pad_token_id
+        self._specials = special_strings(self.tokenizer)  # made plain in completions (`texts`)
         self.max_batch_tokens = max_batch_tokens
 
     def texts(self, prompts: list, completions: list) -> list[str]:
@@ -43,7 +44,7 @@ class SequenceClassifier:
         skip_special_tokens=True), so this changes no score of a completion TRL could produce."""
         from trl.data_utils import apply_chat_template, is_conversational
 
-        specials = special_strings(self.tokenizer)
+        specials = self._specials
         if is_conversational({"prompt": prompts[0]}):
             plain = [neutralise_messages(c, specials) for c in completions]
             return [apply_chat_template({"messages": p + c}, self.tokenizer)["text"] for p, c in zip(prompts, plain)]
