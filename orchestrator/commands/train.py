@@ -17,11 +17,12 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "builtin" / "default_t
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from orchestrator import hub_pins
     from orchestrator.training.preflight import preflight
 
     config, run_dir, checkpoint, resume = _load(args)
     # On resume the canonical tokenizer is the one the checkpoint saved (weights, optimizer and tokenizer as saved).
-    checked = preflight(config, tokenizer_from=str(checkpoint) if args.resume else None)
+    checked = preflight(config, tokenizer_from=str(checkpoint) if args.resume else None, resumed=run_dir if args.resume else None)
     model = checked.model
     if args.resume:
         if config.lora is None:  # a LoRA checkpoint holds the adapter: the base model stays the run's
@@ -30,6 +31,7 @@ def run_train(args: argparse.Namespace) -> int:
         log.info(f"resuming {run_dir.root} from {checkpoint.name} (step {resume.step})")
     else:
         run_dir.prepare({**config.model_dump(mode="json"), "model": checked.model, "tokenizer": checked.tokenizer})
+        hub_pins.record(checked.pins, run_dir.root)
         log.info(f"run folder: {run_dir.root}")
     if checked.dropped_prompts:
         log.warning(f"dropped {checked.dropped_prompts} prompt(s) longer than max_prompt_length={config.max_prompt_length}")
@@ -37,6 +39,7 @@ def run_train(args: argparse.Namespace) -> int:
     from orchestrator.launch import start_training
     from orchestrator.training.loop import GRPORun
 
+    config = hub_pins.pinned(config, checked.pins)  # the learner loads the commits, not a branch that may move
     if checked.chat_template is not None:  # the learner may be on another node: send the text, not the path
         config = config.model_copy(update={"chat_template": checked.chat_template})
     components = start_training(

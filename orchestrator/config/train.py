@@ -57,6 +57,13 @@ class TrainConfig(GRPOSettings):
     tokenizer: str | None = Field(
         None, description="Learner tokenizer (folder or name); default: the model's.", json_schema_extra=PATH
     )
+    model_revision: str | None = Field(
+        None,
+        description="For a Hub model: the branch, tag or commit to train (TRL's model_revision). Resolved to a "
+        "commit before the run starts (the Hub, or the local Hugging Face cache offline), loaded at that commit, and "
+        "recorded in the run folder's hub_pins.json; a resume refuses a revision that now names another commit. "
+        "Null: the Hub's default branch, unpinned.",
+    )
     # Data and rewards
     prompts: str = Field(
         "builtin:search",
@@ -76,6 +83,11 @@ class TrainConfig(GRPOSettings):
         None,
         description="The dataset's subset, for one that has several (datasets.load_dataset's `name`, TRL's "
         "dataset_config; e.g. 'main' for openai/gsm8k). Null: its only or default subset.",
+    )
+    prompts_revision: str | None = Field(
+        None,
+        description="For a Hub dataset in prompts: the branch, tag or commit to read (datasets.load_dataset's "
+        "revision), resolved, loaded and recorded as model_revision is. Null: the default branch, unpinned.",
     )
     prompts_column: str = Field(
         "prompt",

@@ -38,12 +38,13 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt
 TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 
 
-def load_tokenizer(name: str):
-    """The tokenizer at a path or hub name, exactly as saved; a failure is a one-line user error."""
+def load_tokenizer(name: str, revision: str | None = None):
+    """The tokenizer at a path or hub name (at `revision`, when pinned), exactly as saved; a failure is a
+    one-line user error."""
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(name)
+        return AutoTokenizer.from_pretrained(name, revision=revision)
     except Exception as error:  # a malformed tokenizer file fails with KeyError, TypeError, tokenizers' own errors...
         reason = _tokenizer_folder_problem(Path(name)) if Path(name).is_dir() else None
         if reason is None:

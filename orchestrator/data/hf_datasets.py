@@ -32,12 +32,13 @@ def is_dataset_name(value: str) -> bool:
     return bool(_HUB_ID.fullmatch(value)) and not value.endswith(_FILE_SUFFIXES)
 
 
-def read(source: str, column: str, split: str, subset: str | None, key: str) -> PromptData:
-    """The prompts of `column` in a Hub dataset or a local dataset folder, and each row's other columns."""
+def read(source: str, column: str, split: str, subset: str | None, key: str, revision: str | None = None) -> PromptData:
+    """The prompts of `column` in a Hub dataset (at `revision`, a commit, when pinned) or a local dataset
+    folder, and each row's other columns."""
     if _is_saved(Path(source)):
         dataset, where = _load_saved(Path(source), split, key)
     else:
-        dataset, where = _load(source, column, split, subset, key)
+        dataset, where = _load(source, column, split, subset, key, revision)
     if column not in dataset.column_names:
         raise missing_column(where, column, dataset.column_names, key)
     return PromptData.of_table(dataset.with_format("arrow")[:], column, where)
@@ -62,7 +63,7 @@ def _load_saved(path: Path, split: str, key: str):
     return dataset[split], f"{path} (split {split!r})"
 
 
-def _load(source: str, column: str, split: str, subset: str | None, key: str):
+def _load(source: str, column: str, split: str, subset: str | None, key: str, revision: str | None):
     """What `load_dataset(source, subset, split=split)` returns, checked step by step, so that a wrong
     subset, split or column fails before the data is downloaded."""
     import pyarrow as pa
@@ -70,7 +71,7 @@ def _load(source: str, column: str, split: str, subset: str | None, key: str):
     from datasets.exceptions import DatasetBuildError, DatasetNotFoundError
 
     try:
-        builder = load_dataset_builder(source, subset)
+        builder = load_dataset_builder(source, subset, revision=revision)
     except ConnectionError:  # datasets' own, and huggingface_hub's OfflineModeIsEnabled
         raise _unreachable(source, key) from None
     except DatasetNotFoundError as error:
@@ -79,7 +80,7 @@ def _load(source: str, column: str, split: str, subset: str | None, key: str):
             f"can read ({first_line(error)})"
         ) from None
     except ValueError as error:  # an unknown subset, or none named where the dataset has several
-        raise _subset_error(source, subset, key, error) from None
+        raise _subset_error(source, subset, key, error, revision) from None
     except (FileNotFoundError, RuntimeError) as error:  # a folder without data files; a loading script
         raise UserError(
             f"{key}: datasets.load_dataset cannot read {source} ({first_line(error)}); expected data files "
@@ -114,11 +115,11 @@ def _missing_split(named: str, split: str, splits: list[str], key: str) -> UserE
     return UserError(f"{key}_split: {named} has no split {split!r} (splits: {', '.join(splits)})")
 
 
-def _subset_error(source: str, subset: str | None, key: str, error: ValueError) -> UserError:
+def _subset_error(source: str, subset: str | None, key: str, error: ValueError, revision: str | None) -> UserError:
     from datasets import get_dataset_config_names
 
     try:
-        subsets = get_dataset_config_names(source)
+        subsets = get_dataset_config_names(source, revision=revision)
     except (ValueError, OSError):  # the same fault again: report the first
         subsets = []
     if subset is None and len(subsets) > 1:

@@ -23,15 +23,21 @@ def read_prompts(path: str | Path) -> list[str]:
 
 
 def read_prompt_data(
-    source: str, column: str = "prompt", split: str = "train", subset: str | None = None, key: str = "prompts"
+    source: str,
+    column: str = "prompt",
+    split: str = "train",
+    subset: str | None = None,
+    key: str = "prompts",
+    revision: str | None = None,
 ) -> PromptData:
     """`source`'s prompts (from `column`) and other columns. `split` and `subset` choose within a
-    dataset that has them; `key` is the config key that named the source (errors name it)."""
+    dataset that has them, `revision` is the commit of a Hub dataset to read; `key` is the config key
+    that named the source (errors name it)."""
     from orchestrator.data import hf_datasets
 
     path = Path(source)
     if path.is_dir() or (not path.exists() and hf_datasets.is_dataset_name(source)):
-        return hf_datasets.read(source, column, split, subset, key)
+        return hf_datasets.read(source, column, split, subset, key, revision)
     if not path.is_file():
         raise PromptFileError(
             f"prompts file {path} does not exist (expected a .jsonl or .parquet file, a dataset folder, or a dataset "

@@ -14,12 +14,15 @@ from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.errors import UserError
 from orchestrator.data.prompt_data import PromptData, select
 from orchestrator.data.prompts import read_prompt_data
+from orchestrator.hub_pins import Pin
 from orchestrator.rollout.samples import Ragged
 from orchestrator.training.evaluation import EvalSet
 from orchestrator.training.requests import PromptSet, tokenize_prompts
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+    from orchestrator.training.run_dir import RunDir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,10 +34,14 @@ class Checked:
     dropped_prompts: int
     longest_prompt: int  # tokens
     chat_template: str | None = None  # the chat_template's text (a file read here), for the learner
+    pins: tuple[Pin, ...] = ()  # model_revision and prompts_revision, resolved to commits (orchestrator/hub_pins.py)
 
 
-def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked:
-    """`tokenizer_from`: where the canonical tokenizer was saved (a checkpoint, on resume)."""
+def preflight(config: TrainConfig, tokenizer_from: str | None = None, resumed: RunDir | None = None) -> Checked:
+    """`tokenizer_from`: where the canonical tokenizer was saved (a checkpoint, on resume); `resumed`: the
+    run folder a resume continues, whose Hub pins must still hold. Every load here reads the commits the
+    Hub pins resolve to."""
+    from orchestrator import hub_pins
     from orchestrator.contracts.reward_models import is_model
     from orchestrator.data.conversations import read_chat_template, render_records, split_messages
     from orchestrator.judges import pools as judges
@@ -44,21 +51,26 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
     from orchestrator.training.trackers import check_available
     from workers.learner.model_setup import load_tokenizer
 
-    data = _read(config.prompts, "prompts", config.prompts_split, config.prompts_subset, config.prompts_column)
+    model, tokenizer_name = resolve_model(config.model, config.tokenizer)
+    config, pins = hub_pins.pin(config, model, resumed.root if resumed else None)
+    data = _read(
+        config.prompts, "prompts", config.prompts_split, config.prompts_subset, config.prompts_column, config.prompts_revision
+    )
     for spec in config.reward_funcs:  # reads each user file: the copy every process gets (contracts/user_functions.py)
         if not is_model(spec):
             resolve(spec)
     _check_tools(config)
     _check_agent(config, data.columns)
     check_available(config.report_to)
-    model, tokenizer_name = resolve_model(config.model, config.tokenizer)
     template = read_chat_template(config.chat_template)
-    tokenizer = load_tokenizer(tokenizer_from or tokenizer_name, config.added_tokens, chat_template=template)
+    # the model's own tokenizer is read at the model's pinned commit; another tokenizer is as named
+    revision = config.model_revision if tokenizer_from is None and tokenizer_name == model else None
+    tokenizer = load_tokenizer(tokenizer_from or tokenizer_name, config.added_tokens, chat_template=template, revision=revision)
     _check_embedding_size(model, tokenizer, resized=bool(config.added_tokens))
     if config.lora is not None:
         from workers.learner.lora import check_model
 
-        check_model(model, config.lora)
+        check_model(model, config.lora, config.model_revision)
     check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
     records = [{"prompt": prompt} for prompt in data.prompts]
     records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.prompts)
@@ -82,7 +94,7 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None) -> Checked
     judges.check(config, longest)
     ids = Ragged.of(prompt_ids, np.int32)
     checked = PromptSet(prompts, ids, columns, conversations, eval_set)
-    return Checked(model, tokenizer_name, tokenizer, checked, dropped, longest, template)
+    return Checked(model, tokenizer_name, tokenizer, checked, dropped, longest, template, pins)
 
 
 def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str) -> EvalSet | None:
@@ -156,14 +168,14 @@ def _check_agent(config: TrainConfig, columns) -> None:
         ) from None
 
 
-def _read(source: str, key: str, split: str, subset: str | None, column: str) -> PromptData:
+def _read(source: str, key: str, split: str, subset: str | None, column: str, revision: str | None = None) -> PromptData:
     """The prompts (and other columns) of a `prompts` or `eval_prompts` value: a built-in set, a file,
     or a dataset (a Hub name or a local dataset folder; data/hf_datasets.py)."""
     if source.startswith("builtin:"):
         from orchestrator.contracts import builtins, user_functions
 
         return PromptData.of_records(user_functions.resolve(source, key, builtins.PROMPTS)())
-    return read_prompt_data(source, column, split, subset, key)
+    return read_prompt_data(source, column, split, subset, key, revision)
 
 
 def _check_embedding_size(model: str, tokenizer, resized: bool) -> None:

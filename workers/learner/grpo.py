@@ -83,7 +83,7 @@ class GRPOLearner:
         self.updates = config.max_steps * config.num_iterations * config.steps_per_generation
         self._scratch = tempfile.TemporaryDirectory(prefix="grpo-learner-")
         self.tokenizer = load_tokenizer(tokenizer, config.added_tokens, chat_template=config.chat_template)
-        model = load_model(model, self.tokenizer, resize=bool(config.added_tokens))
+        model = load_model(model, self.tokenizer, resize=bool(config.added_tokens), revision=_revision(config, model))
         # num_gpus null (not decided by a cluster, e.g. built directly): a GPU if this process sees one.
         use_cpu = not torch.cuda.is_available() or config.learner.num_gpus == 0
         args = _grpo_config(config, self._scratch.name, self.updates, use_cpu)
@@ -437,6 +437,11 @@ class GRPOLearner:
     def load_state(self, folder: str) -> None:
         """Continue exactly where `save` left off (checkpoint.py)."""
         checkpoint.load(self, folder)
+
+
+def _revision(config, model) -> str | None:
+    """The commit a pinned Hub model is read at (orchestrator/hub_pins.py); a checkpoint folder is read as it is."""
+    return config.model_revision if isinstance(model, str) and model == config.model else None
 
 
 def _grpo_config(config: GRPOSettings, scratch: str, updates: int, use_cpu: bool):

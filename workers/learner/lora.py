@@ -110,13 +110,13 @@ def reference(model):
     return model.disable_adapter()
 
 
-def check_model(model: str, settings: LoraSettings) -> None:
+def check_model(model: str, settings: LoraSettings, revision: str | None = None) -> None:
     """Before Ray starts: `settings.target_modules` match modules of `model` (a folder or hub name),
     and vLLM serves adapters for its architecture. Raises `UserError` naming what to change."""
     import transformers
     from peft import get_peft_model
 
-    config = transformers.AutoConfig.from_pretrained(model)
+    config = transformers.AutoConfig.from_pretrained(model, revision=revision)
     with torch.device("meta"):  # the modules' names and types, no memory
         built = transformers.AutoModelForCausalLM.from_config(config)
     try:

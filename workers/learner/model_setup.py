@@ -18,7 +18,13 @@ class ModelSetupError(UserError):
     """The model and tokenizer cannot be used together; the message says why."""
 
 
-def load_tokenizer(name_or_path: str, added_tokens: list[str], warn: bool = True, chat_template: str | None = None):
+def load_tokenizer(
+    name_or_path: str,
+    added_tokens: list[str],
+    warn: bool = True,
+    chat_template: str | None = None,
+    revision: str | None = None,
+):
     """The learner's tokenizer: as saved, plus `added_tokens` (special), plus the pad fallback;
     `chat_template` (the Jinja text; the driver reads a template file) replaces the saved one, so the
     tokenizer shipped to engines and saved with checkpoints renders chats as the driver did."""
@@ -26,7 +32,7 @@ def load_tokenizer(name_or_path: str, added_tokens: list[str], warn: bool = True
 
     from orchestrator.contracts.tokenizer import load_tokenizer as load_as_saved
 
-    tokenizer = load_as_saved(name_or_path)
+    tokenizer = load_as_saved(name_or_path, revision)
     if chat_template is not None:
         tokenizer.chat_template = chat_template
     new = [t for t in added_tokens if t not in tokenizer.get_vocab()]
@@ -46,13 +52,14 @@ def ensure_pad_token(tokenizer, warn: bool = True) -> None:
         tokenizer.pad_token = tokenizer.eos_token
 
 
-def load_model(model, tokenizer, dtype: str = "float32", resize: bool = False):
-    """`model` may be a name, a path or an already built model object."""
+def load_model(model, tokenizer, dtype: str = "float32", resize: bool = False, revision: str | None = None):
+    """`model` may be a name (read at `revision`, a Hub commit, when pinned), a path or an already built
+    model object."""
     import torch
     from transformers import AutoModelForCausalLM
 
     if isinstance(model, str):
-        model = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype))
+        model = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype), revision=revision)
     embeddings = model.get_input_embeddings().weight.shape[0]
     if len(tokenizer) > embeddings:
         if not resize:
