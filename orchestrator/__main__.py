@@ -114,7 +114,7 @@ def _bench_parser(commands) -> None:
     p.add_argument("--engines", type=int, default=1, help="engines in our pool (default: %(default)s)")
     p.add_argument(
         "--only",
-        choices=["sync", "learner-memory", "correction", "generation", "real-size", "agent"],
+        choices=["sync", "learner-memory", "correction", "generation", "real-size", "agent", "kv-cache"],
         help="measure one part alone (generation: raw vLLM against our pool, --repeats times each, both cases, a few "
         "minutes; sync: weight sync vs memcpy, of the whole model and of a LoRA adapter, a few minutes; learner-memory: the "
         "learner's peak memory for steps of --samples samples at --max-tokens-per-micro-batch, completions as in the "
@@ -124,7 +124,10 @@ def _bench_parser(commands) -> None:
         "size, random weights, trains --steps steps while the node's memory is sampled: its peak by component and the "
         "weight sync's speed, several minutes and most of a 24 GB machine; agent: the lookup task as the engine's tool "
         "loop and as an agent through the gateway, --steps steps each, on the lookup model and on one of the bench "
-        "model's size (pre-trained once, about 10 minutes), samples/s side by side, then about 5 minutes)",
+        "model's size (pre-trained once, about 10 minutes), samples/s side by side, then about 5 minutes; kv-cache: "
+        "async runs of --steps steps whose weight updates land mid-completion, with rollout.kv_cache_after_update "
+        "recompute and keep: step time, samples spanning an update, token staleness and the engines-vs-learner "
+        "log-prob gap side by side)",
     )
     p.add_argument(
         "--samples", default="64,256,1024", help="learner-memory: samples per step, comma-separated (default: %(default)s)"

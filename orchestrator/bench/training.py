@@ -10,6 +10,8 @@ import numpy as np
 
 PHASES = ("time/generate", "time/reward", "time/train", "time/sync")
 LEARNER_FIGURES = ("time/learner_step", "learner/pad_fraction", "learner/micro_batches", "learner/tokens_per_s")
+# Averaged over the steady steps that log them (async runs, the engine correction)
+OPTIONAL_FIGURES = ("staleness/token_mean", "sampling/sampling_logp_difference/mean")
 # The learner without token budgets and packing: the whole step in one padded pass.
 PADDED_LEARNER = {"max_tokens_per_micro_batch": None, "padding_free": False}
 # Async mode: the next step's batch generates while this one trains, clipped against the engines'
@@ -40,21 +42,23 @@ def ours(
     from orchestrator.training.run_dir import RunDir
 
     config = TrainConfig(
-        model=str(model),
-        tokenizer=str(model),
-        prompts_per_step=prompts_per_step,
-        num_generations=n,
-        max_completion_length=max_tokens,
-        ignore_eos=ignore_eos,
-        max_steps=steps,
-        learning_rate=1e-5,
-        seed=seed,
-        output_dir=str(out_dir),
-        plot_steps=10**6,
-        reward_funcs=["builtin:search_call"],
-        learner=learner or {},
-        rollout=rollout or {},
-        **(settings or {}),
+        **{
+            "model": str(model),
+            "tokenizer": str(model),
+            "prompts_per_step": prompts_per_step,
+            "num_generations": n,
+            "max_completion_length": max_tokens,
+            "ignore_eos": ignore_eos,
+            "max_steps": steps,
+            "learning_rate": 1e-5,
+            "seed": seed,
+            "output_dir": str(out_dir),
+            "plot_steps": 10**6,
+            "reward_funcs": ["builtin:search_call"],
+            "learner": learner or {},
+            "rollout": rollout or {},
+            **(settings or {}),
+        }
     )
     tokenizer, prompts = canonical_tokenizer(config, str(model)), search_task.all_prompts()
     # The engines' context is the longest prompt plus the completion budget, as `train` sizes it: without
@@ -90,6 +94,7 @@ def _figures(metrics: list[dict]) -> dict:
         "sync_bytes": int(steady[-1]["weight_sync/bytes"]),
         "sync_s": phases["time/sync"],
         "reward_last": float(metrics[-1]["reward_mean"]),
+        **{name: float(np.mean([m[name] for m in steady if name in m])) for name in OPTIONAL_FIGURES if name in steady[-1]},
     }
 
 

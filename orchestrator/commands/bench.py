@@ -50,6 +50,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return _real_size(args)
     if args.only == "agent":
         return _agent(args)
+    if args.only == "kv-cache":
+        return _kv_cache(args)
     model = Path(args.model) if args.model else bench_model()
     cases = [Case("fixed", model, args.max_tokens, ignore_eos=True)]
     if not args.model:  # the stop-at-EOS variant of the built-in model
@@ -237,6 +239,27 @@ def _agent(args: argparse.Namespace) -> int:
         result = {**agents.measure(args.steps, Path(folder)), "machine": machine}
     print(agents.table(result))
     _save(args.out, {"agent": result})
+    return 0
+
+
+def _kv_cache(args: argparse.Namespace) -> int:
+    """Async runs with weight updates landing mid-completion, keeping or recomputing the KV cache
+    (orchestrator/bench/kv_cache.py). Replaces only the kv_cache entry of an existing `--out` file."""
+    from orchestrator.bench import kv_cache
+    from orchestrator.bench.model import bench_model
+
+    machine = describe_machine()
+    model = Path(args.model) if args.model else bench_model()
+    print(
+        f"kv-cache on {machine}; async (max_staleness 1), {args.prompts} prompts x {args.num_generations} samples of "
+        f"{args.max_tokens} tokens, {args.steps} steps with each rollout.kv_cache_after_update",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-kv-cache-") as folder:
+        work = (model, args.steps, args.prompts, args.num_generations, args.max_tokens, Path(folder))
+        result = {**kv_cache.measure(*work), "machine": machine}
+    print(kv_cache.table(result))
+    _save(args.out, {"kv_cache": result})
     return 0
 
 

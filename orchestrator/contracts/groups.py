@@ -65,6 +65,10 @@ class Sample:
     # A session split where its agent rewrote the history (agent.on_prefix_mismatch: split) is several samples
     # with the session's sample_index, numbered here from 0; every other sample is segment 0.
     segment: int = 0
+    # The policy version that sampled each completion token (vLLM's weight-version spans: a sample spans an
+    # update that landed while it was generated); -1 for a token no policy sampled (a tool's observation).
+    # None: every token is of the group's policy_version.
+    output_versions: list[int] | None = None
 
     @classmethod
     def unanswered(cls, prompt_ids: list[int], sample_index: int, eos_token_id: int | None, error: str) -> Sample:

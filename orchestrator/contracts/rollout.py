@@ -114,6 +114,14 @@ class RolloutConfig(StrictModel):
         "on a multi-node cluster, vLLM's own choice.",
     )
     startup_timeout_s: float = Field(600.0, gt=0.0, description="Deadline for an engine to start and report.")
+    kv_cache_after_update: Literal["recompute", "keep"] = Field(
+        "recompute",
+        description="What a weight update does to the KV cache of requests in flight (async runs, where updates land "
+        "mid-completion). recompute: clear it; each request's context is prefilled again under the new weights. keep: "
+        "keep it; the tokens after the update attend to keys and values the old weights computed (no re-prefill). "
+        "Either way a request that starts after an update never reuses a prefix cached under older weights (each "
+        "version salts the prefix cache).",
+    )
     request_timeout_s: float = Field(
         1800.0, gt=0.0, description="Deadline for one group's generation; an engine that misses it is replaced."
     )

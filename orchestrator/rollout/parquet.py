@@ -37,6 +37,9 @@ ROLLOUT_SCHEMA = pa.schema(
         ("agent_error", pa.string()),  # why a sample failed before scoring: its agent session, or its group (poison.py)
         ("prefix_mismatches", pa.int32()),  # an agent session's calls that rewrote its history
         ("segment", pa.int32()),  # a split agent session's part, from 0; 0 for every other sample
+        # the policy version of each completion token (AReaL's name): several when an update landed mid-sample;
+        # -1 for a token no policy sampled (a tool's observation); policy_version is the oldest
+        ("output_versions", pa.list_(pa.int64())),
     ]
 )
 
@@ -65,6 +68,11 @@ def rollout_table(samples: StepSamples, step: int | None = None) -> pa.Table:
         "agent_error": _or_nulls(samples.agent_error, len(samples)),
         "prefix_mismatches": _or_nulls(samples.prefix_mismatches, len(samples)),
         "segment": _or_nulls(samples.segment, len(samples)),
+        "output_versions": (
+            pa.nulls(len(samples), pa.list_(pa.int64()))
+            if samples.output_versions is None
+            else _list_array(samples.output_versions, pa.int64())
+        ),
     }
     arrays = [
         value if isinstance(value, pa.Array) else pa.array(value, field.type, from_pandas=True)

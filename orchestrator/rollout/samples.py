@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from orchestrator.contracts.groups import GroupRequest, GroupResult, ToolCall
+from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample, ToolCall
 from orchestrator.rollout.groups import assemble
 
 
@@ -100,7 +100,7 @@ class StepSamples:
     stop_reason: np.ndarray  # object: the stop string or token id (as text) that fired, or None
     stop_token_id: np.ndarray  # object: int or None
     engine_id: np.ndarray  # int32
-    policy_version: np.ndarray  # int64: the policy that generated it
+    policy_version: np.ndarray  # int64: the policy of its oldest token (the one staleness is counted from)
     turns: np.ndarray  # int32
     tool_calls: list[list[ToolCall]]
     # Agent samples (workers/agents/): why the session failed (None: it did not), and how many of its calls
@@ -110,6 +110,9 @@ class StepSamples:
     # A split agent session's part (agent.on_prefix_mismatch: split): its rows share the session's group_id and
     # sample_index and follow one another, numbered from 0; 0 for every other sample.
     segment: np.ndarray | None = None  # int32
+    # The policy version of each completion token (AReaL's name): a sample that an update landed in carries two
+    # or more; -1 for a token no policy sampled (a tool's observation). None for a record built from tokens alone.
+    output_versions: Ragged | None = None  # int64
     # Set by the step (training/loop.py), in the same order.
     reward: np.ndarray | None = None  # float64: the weighted sum of the reward functions
     advantage: np.ndarray | None = None  # float64; NaN for a sample not trained on
@@ -120,6 +123,7 @@ class StepSamples:
     def assemble(cls, requests: list[GroupRequest], results: list[GroupResult]) -> StepSamples:
         """One record of every sample, groups in request order (each group's shape checked)."""
         rows = [(request, result, sample) for request, result in assemble(requests, results) for sample in result.samples]
+        versions = [_output_versions(result, sample) for _, result, sample in rows]
 
         def column(get, dtype=object) -> np.ndarray:
             return np.fromiter((get(*row) for row in rows), dtype=dtype, count=len(rows))
@@ -143,12 +147,15 @@ class StepSamples:
             stop_reason=objects(lambda q, r, s: s.stop_reason),
             stop_token_id=objects(lambda q, r, s: s.stop_token_id),
             engine_id=column(lambda q, r, s: r.engine_id, np.int32),
-            policy_version=column(lambda q, r, s: r.policy_version, np.int64),
+            policy_version=np.fromiter(
+                (_oldest(tokens, r.policy_version) for tokens, (_, r, _) in zip(versions, rows)), np.int64, len(rows)
+            ),
             turns=column(lambda q, r, s: s.turns, np.int32),
             tool_calls=[list(s.tool_calls) for _, _, s in rows],
             agent_error=objects(lambda q, r, s: s.error),
             prefix_mismatches=column(lambda q, r, s: s.prefix_mismatches, np.int32),
             segment=column(lambda q, r, s: s.segment, np.int32),
+            output_versions=Ragged.of(versions, np.int64),
         )
 
     @classmethod
@@ -212,6 +219,20 @@ class StepSamples:
     def model_tokens(self) -> np.ndarray:
         """Each sample's own tokens (a tool's observation tokens left out)."""
         return self.tool_mask.sums()
+
+
+def _output_versions(result: GroupResult, sample: Sample) -> list[int]:
+    """Each completion token's policy version: the engine's stamps, or its group's version where it sent none;
+    -1 for a token the model did not sample (tool_mask 0)."""
+    stamped = sample.output_versions or [result.policy_version] * len(sample.completion_ids)
+    if sample.tool_mask is None:
+        return list(stamped)
+    return [version if own else -1 for version, own in zip(stamped, sample.tool_mask)]
+
+
+def _oldest(versions: list[int], group_version: int) -> int:
+    sampled = [version for version in versions if version >= 0]
+    return min(sampled) if sampled else group_version
 
 
 def _take(column, rows: np.ndarray):

@@ -1,9 +1,10 @@
 """Async mode's bound: no sample is trained on by a learner more than `max_staleness` policy versions
 newer than the policy that generated it.
 
-The loop submits step t's batch when step t - max_staleness starts (prefetch.py), and each group is
-stamped with the version its engine held when the group started, so the bound holds by
-construction. It is still checked per sample before a step trains: a group over it (an engine that
+The loop submits step t's batch when step t - max_staleness starts (prefetch.py). Every token carries
+the version of the weights that sampled it (`output_versions`: an update can land mid-sample), and a
+sample's version is its oldest token's, no older than its engine's weights when the group started, so
+the bound holds by construction. It is still checked per sample before a step trains: a group over it (an engine that
 kept old weights, a change to the loop) is generated again on the current policy, and counted, rather
 than trained on or fatal.
 """
@@ -29,6 +30,22 @@ def replace_groups(samples: StepSamples, fresh: StepSamples) -> StepSamples:
 
 
 def figures(samples: StepSamples, learner_version: int) -> dict:
-    """How many versions the step's samples are behind the learner that trains them."""
+    """How many versions the step's samples (by their oldest token) and their sampled tokens are behind the
+    learner that trains them, and the share of samples an update landed in (tokens of two versions or more)."""
     behind = learner_version - samples.policy_version
-    return {"staleness/max": int(behind.max()), "staleness/mean": float(behind.mean())}
+    out = {"staleness/max": int(behind.max()), "staleness/mean": float(behind.mean())}
+    versions = samples.output_versions
+    if versions is None:
+        return out
+    sampled = versions.values >= 0
+    if sampled.any():
+        tokens_behind = learner_version - versions.values[sampled]
+        out |= {
+            "staleness/token_min": int(tokens_behind.min()),
+            "staleness/token_mean": float(tokens_behind.mean()),
+            "staleness/token_max": int(tokens_behind.max()),
+        }
+    newest = np.full(len(versions), -1, dtype=np.int64)
+    np.maximum.at(newest, np.repeat(np.arange(len(versions)), versions.lengths), versions.values)
+    out["staleness/samples_spanning_updates"] = float((newest > samples.policy_version).mean())
+    return out

@@ -49,7 +49,6 @@ TAKEN = frozenset(
         "n",  # only 1: checked by the gateway
         "user",
         "priority",
-        "cache_salt",
     }
 )
 SET_BY_RUN = frozenset(
@@ -65,6 +64,7 @@ SET_BY_RUN = frozenset(
         "frequency_penalty",
         "use_beam_search",
         "request_id",
+        "cache_salt",  # each policy version salts the prefix cache (workers/rollout/engine.py: cache_salt)
     }
 )
 REFUSED = frozenset(

@@ -40,7 +40,7 @@ from orchestrator.contracts.agents import AgentConfig
 from orchestrator.contracts.sampling import SamplingConfig
 from workers.agents import fields
 from workers.agents.session import Session, SessionRefused
-from workers.rollout.sampling import distribution, turn_seed
+from workers.rollout.sampling import cache_salt, distribution, turn_seed
 
 SERVED_MODEL = "policy"
 # How long an idle connection stays open. The sessions' HTTP client drops its idle connections sooner
@@ -122,8 +122,9 @@ class Gateway:
             raise GatewayError(401, f"no open session {key!r} for this token", "auth")
         return open_
 
-    def _overrides(self, open_: _Open, body: dict, limit_key: str, logprobs) -> dict:
-        """The body with the run's sampling settings for this call, and its token limit under `limit_key`."""
+    def _overrides(self, open_: _Open, body: dict, limit_key: str, logprobs, version: int) -> dict:
+        """The body with the run's sampling settings for this call, its token limit under `limit_key`, and
+        the prefix-cache salt of the policy `version` it starts on."""
         session, sampling = open_.session, open_.sampling
         left = session.admit()
         run = {
@@ -134,6 +135,7 @@ class Gateway:
             "logprobs": logprobs,
             "return_token_ids": True,
             "request_id": f"e{self.engine_id}-{session.key}-c{next(self._calls)}",
+            "cache_salt": cache_salt(version),
         }
         try:
             return fields.request(body, run, limit_key, left)
@@ -154,7 +156,8 @@ class Gateway:
         shown = _shown(body)
         if any(isinstance(message, dict) and not _text_only(message.get("content")) for message in body.get("messages") or []):
             raise GatewayError(400, "messages: the gateway takes text content only (a text model's session is its tokens)")
-        request = _validated(ChatCompletionRequest, self._overrides(open_, body, "max_completion_tokens", True))
+        version = self._policy_version()  # the call's tokens are stamped with the policy it starts on
+        request = _validated(ChatCompletionRequest, self._overrides(open_, body, "max_completion_tokens", True, version))
         rendered = await self._answer(self._serving.chat.render_chat_request(request), open_)
         ids, new_segment = open_.session.prompt_ids(rendered[1][0]["prompt_token_ids"], self._encode, self._decode)
         request.kv_transfer_params = {"prompt_token_ids": ids}  # vLLM's own way to send a prompt's ids as they are
@@ -169,6 +172,7 @@ class Gateway:
             choice,
             new_segment,
             [*body["messages"], reply],
+            version,
         )
         if not shown["logprobs"]:
             choice.logprobs = None
@@ -181,14 +185,15 @@ class Gateway:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             raise GatewayError(400, "prompt: the gateway takes one text prompt per call (one session, one conversation)")
-        request = _validated(CompletionRequest, self._overrides(open_, body, "max_tokens", 0))
+        version = self._policy_version()
+        request = _validated(CompletionRequest, self._overrides(open_, body, "max_tokens", 0, version))
         tokenizer = self._llm.get_tokenizer()  # in a thread: a long prompt would hold up the engine's loop
         rendered = (await asyncio.to_thread(tokenizer, prompt, add_special_tokens=request.add_special_tokens))["input_ids"]
         ids, new_segment = open_.session.prompt_ids(rendered, self._encode, self._decode)
         request.prompt = ids
         response = await self._answer(self._serving.completion.create_completion(request, None), open_)
         choice = response.choices[0]
-        self._record(open_, ids, choice.token_ids, choice.logprobs.token_logprobs, choice, new_segment, None)
+        self._record(open_, ids, choice.token_ids, choice.logprobs.token_logprobs, choice, new_segment, None, version)
         if not shown["logprobs"]:
             choice.logprobs = None
         return _without_ids(response, shown)
@@ -227,7 +232,7 @@ class Gateway:
         _raise_if_error(response)
         return response
 
-    def _record(self, open_: _Open, ids, completion_ids, logprobs, choice, new_segment: bool, messages) -> None:
+    def _record(self, open_: _Open, ids, completion_ids, logprobs, choice, new_segment: bool, messages, version: int) -> None:
         open_.session.record(
             ids,
             new_segment,
@@ -236,7 +241,7 @@ class Gateway:
             completion_ids=list(completion_ids),
             logprobs=[float(value) for value in logprobs],
             finish_reason=str(choice.finish_reason),
-            policy_version=self._policy_version(),
+            policy_version=version,
         )
 
     def _app(self):

@@ -54,12 +54,13 @@ def _segment_sample(
     reward: float | None,
     error: str | None,
 ) -> Sample:
-    ids, logprobs, mask = [], [], []
+    ids, logprobs, mask, versions = [], [], [], []
     for index, call in enumerate(calls):
         added = call.added_ids if index else []  # the first call's are the segment's prompt
         ids += added + call.completion_ids
         logprobs += [None] * len(added) + list(call.logprobs)
         mask += [0] * len(added) + [1] * len(call.completion_ids)
+        versions += [-1] * len(added) + [call.policy_version] * len(call.completion_ids)  # the version it started on
     last = calls[-1]
     ended_at_eos = bool(last.completion_ids) and last.completion_ids[-1] == eos_token_id
     return Sample(
@@ -71,6 +72,7 @@ def _segment_sample(
         stop_reason=None,
         stop_token_id=eos_token_id if ended_at_eos else None,
         tool_mask=mask,
+        output_versions=versions,
         turns=len(calls),
         prompt_ids=list(calls[0].added_ids),
         messages=_conversation(calls),

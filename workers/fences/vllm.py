@@ -51,12 +51,13 @@ def check_version(installed: str | None = None) -> None:
         )
 
 
-async def pause_keep_requests(llm) -> None:
-    """`llm.pause_generation(mode="keep", clear_cache=True)` without its closing sleep: the scheduler
-    stops, requests in flight stay queued (they go on at `resume_generation`), and the KV, prefix
-    and multi-modal caches are cleared."""
-    await llm.renderer.clear_mm_cache_async()
-    await llm.engine_core.pause_scheduler_async(mode="keep", clear_cache=True)
+async def pause_keep_requests(llm, clear_cache: bool = True) -> None:
+    """`llm.pause_generation(mode="keep", clear_cache=clear_cache)` without its closing sleep: the
+    scheduler stops, requests in flight stay queued (they go on at `resume_generation`), and with
+    `clear_cache` the KV, prefix and multi-modal caches are cleared."""
+    if clear_cache:
+        await llm.renderer.clear_mm_cache_async()
+    await llm.engine_core.pause_scheduler_async(mode="keep", clear_cache=clear_cache)
 
 
 check_version()

@@ -31,7 +31,7 @@ from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
 from workers.rollout.multi_turn import CallTool, Vocabulary, run_sample
-from workers.rollout.sampling import to_samples, to_turn, turn_params, turn_seed, vllm_params
+from workers.rollout.sampling import cache_salt, to_samples, to_turn, turn_params, turn_seed, vllm_params
 from workers.weights import adapters
 from workers.weights.receiving import EngineWeights
 
@@ -186,7 +186,12 @@ class RolloutEngine:
             engine_args(model, tokenizer_dir, config, device, seed, placeholder_weights, lora_rank=rank)
         )
         self.weights = EngineWeights(
-            engine_id, self._llm, config.tensor_parallel_size, adapter_config, tokenizer_dir / "adapter"
+            engine_id,
+            self._llm,
+            config.tensor_parallel_size,
+            adapter_config,
+            tokenizer_dir / "adapter",
+            keep_kv_cache=config.kv_cache_after_update == "keep",
         )  # the learner's weights arrive through it (workers/weights/receiving.py)
         tokenizer = self._llm.get_tokenizer()
         self._eos_id = tokenizer.eos_token_id
@@ -208,6 +213,9 @@ class RolloutEngine:
                 pass
 
         await asyncio.gather(*(one(index, params) for index, params in enumerate(warm_up_params())))
+        # vLLM stamps every sampled token with its weights' label (output_versions): the weights it started
+        # with are policy version 0 (every later load labels its own version: workers/weights/receiving.py)
+        await self._llm.update_weight_version(str(self.weights.policy_version))
         gc.collect()
         gc.freeze()
 
@@ -352,7 +360,7 @@ class RolloutEngine:
         request_id = f"e{self.engine_id}-{name}-{next(self._request_ids)}"
         request_ids.append(request_id)
         final = None
-        prompt = {"prompt_token_ids": prompt_ids}
+        prompt = {"prompt_token_ids": prompt_ids, "cache_salt": cache_salt(self.weights.policy_version)}
         async for output in self._llm.generate(prompt, params, request_id, lora_request=self.weights.lora):
             final = output
         return final

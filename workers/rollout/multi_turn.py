@@ -36,6 +36,7 @@ class Turn:
     logprobs: list[float]
     finish_reason: str  # "stop" or "length"
     stop_reason: str | int | None  # vLLM's: the stop string, the stop token id, or None (EOS / length)
+    versions: list[int] | None = None  # the policy version of each token (None: unlabelled)
 
 
 GenerateTurn = Callable[[list[int], int, int], Awaitable[Turn]]  # (context ids, max tokens, turn) -> Turn
@@ -54,6 +55,28 @@ class Vocabulary:
     end_tag_ids: dict[int, str]  # token id -> tool name, for end tags that are a single token
 
 
+@dataclasses.dataclass
+class _Tokens:
+    """A sample's completion as it grows: the model's turns and the tools' observations between them."""
+
+    ids: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[float | None] = dataclasses.field(default_factory=list)
+    mask: list[int] = dataclasses.field(default_factory=list)  # tool_mask: 1 the model's own tokens
+    versions: list[int] | None = dataclasses.field(default_factory=list)  # None once a turn came back unlabelled
+
+    def add_turn(self, turn: Turn) -> None:
+        self.ids += turn.token_ids
+        self.logprobs += turn.logprobs
+        self.mask += [1] * len(turn.token_ids)
+        self.versions = None if self.versions is None or turn.versions is None else self.versions + turn.versions
+
+    def add_observation(self, observation: list[int]) -> None:
+        self.ids += observation
+        self.logprobs += [None] * len(observation)
+        self.mask += [0] * len(observation)
+        self.versions = None if self.versions is None else self.versions + [-1] * len(observation)  # no policy's
+
+
 async def run_sample(
     sample_index: int,
     prompt_ids: list[int],
@@ -64,19 +87,15 @@ async def run_sample(
     call_tool: CallTool,
     context: dict,
 ) -> Sample:
-    ids: list[int] = []
-    logprobs: list[float | None] = []
-    mask: list[int] = []
+    tokens = _Tokens()
     text = ""
     calls: list[ToolCall] = []
     turns = 0
     finish_reason, stop_reason, stop_token_id = "length", None, None
-    while turns < use.max_turns and len(ids) < budget:
-        turn = await generate_turn(prompt_ids + ids, budget - len(ids), turns)
+    while turns < use.max_turns and len(tokens.ids) < budget:
+        turn = await generate_turn(prompt_ids + tokens.ids, budget - len(tokens.ids), turns)
         turns += 1
-        ids += turn.token_ids
-        logprobs += turn.logprobs
-        mask += [1] * len(turn.token_ids)  # tool_mask: the model's own tokens
+        tokens.add_turn(turn)
         finish_reason, stop_reason, stop_token_id = _ending(turn)
         tool = _closed_call(turn, use.tools, vocabulary)
         if tool is None and _ended_at_eos(turn, vocabulary):
@@ -86,31 +105,30 @@ async def run_sample(
         if tool is None or turns == use.max_turns:
             break
         call_text = _call_text(turn.text, tool)
-        if call_text is None or len(ids) >= budget:  # not a call, or no room left for its result
+        if call_text is None or len(tokens.ids) >= budget:  # not a call, or no room left for its result
             break
         result, status, latency = await call_tool(
             use, tool, call_text, {**context, "sample_index": sample_index, "turn": turns - 1}
         )
         if status != "ok":
             result = use.error_observation.replace("{error}", result)
-        observation, seen = _observation(tool, result, use.max_observation_tokens, budget - len(ids), vocabulary)
+        observation, seen = _observation(tool, result, use.max_observation_tokens, budget - len(tokens.ids), vocabulary)
         calls.append(ToolCall(name=tool.name, call=call_text, result=seen, status=status, latency_s=latency))
-        ids += observation
-        logprobs += [None] * len(observation)
-        mask += [0] * len(observation)
+        tokens.add_observation(observation)
         text += vocabulary.decode(observation)
         finish_reason, stop_reason, stop_token_id = "length", None, None  # until a later turn ends otherwise
     return Sample(
         sample_index=sample_index,
         completion=text,
-        completion_ids=ids,
-        logprobs=logprobs,
+        completion_ids=tokens.ids,
+        logprobs=tokens.logprobs,
         finish_reason=finish_reason,
         stop_reason=stop_reason,
         stop_token_id=stop_token_id,
-        tool_mask=mask,
+        tool_mask=tokens.mask,
         turns=turns,
         tool_calls=calls,
+        output_versions=tokens.versions,
     )
 
 

@@ -78,6 +78,7 @@ def to_turn(completion) -> Turn:
         logprobs=_sampled_logprobs(completion),
         finish_reason=str(completion.finish_reason),
         stop_reason=completion.stop_reason,
+        versions=output_versions(completion),
     )
 
 
@@ -103,9 +104,20 @@ def to_samples(completions, eos_token_id: int | None, eos_text: str | None, top_
                 stop_reason=None if stop_reason is None else str(stop_reason),
                 stop_token_id=stop_token_id,
                 top_logprobs=_top_logprobs(completion, top_logprobs) if top_logprobs else None,
+                output_versions=output_versions(completion),
             )
         )
     return samples
+
+
+def output_versions(completion) -> list[int] | None:
+    """The policy version of each sampled token, from vLLM's weight-version spans (the engine labels its
+    weights with the policy version at every load: workers/weights/receiving.py); None when unlabelled (an
+    engine serving the weights it started with labels them "default")."""
+    spans = completion.weight_versions
+    if not spans or not all(span.version.isdigit() for span in spans):
+        return None
+    return [int(span.version) for span in spans for _ in range(span.end - span.start)]
 
 
 def _top_logprobs(completion, k: int) -> list[dict[int, float]]:
@@ -121,3 +133,10 @@ def _sampled_logprobs(completion) -> list[float]:
     if completion.logprobs is None:
         return []
     return [float(position[token].logprob) for position, token in zip(completion.logprobs, completion.token_ids)]
+
+
+def cache_salt(policy_version: int) -> str:
+    """What a request's prefix-cache blocks are salted with: a request never reuses blocks that another
+    policy version's weights computed, even when the cache was kept across an update
+    (rollout.kv_cache_after_update: keep)."""
+    return f"policy-v{policy_version}"

@@ -27,10 +27,19 @@ FEED_WAIT_S = 60.0  # how long a bucket waits for its load to start (the driver 
 
 
 class EngineWeights:
-    def __init__(self, engine_id: int, llm, readers: int, adapter_config: dict | None, adapter_dir: Path):
+    def __init__(
+        self,
+        engine_id: int,
+        llm,
+        readers: int,
+        adapter_config: dict | None,
+        adapter_dir: Path,
+        keep_kv_cache: bool = False,
+    ):
         """`llm`: the engine's vLLM `AsyncLLM`; `readers`: its workers (tensor parallel), each of which
         reads every bucket; `adapter_config`: PEFT's, in a LoRA run (None otherwise), and the adapter is
-        written to `adapter_dir`."""
+        written to `adapter_dir`; `keep_kv_cache`: requests in flight keep their KV cache across a load
+        (rollout.kv_cache_after_update: keep)."""
         self.engine_id = engine_id
         self.policy_version = 0
         self.lora = None  # the LoRARequest every request carries, once an adapter is loaded
@@ -45,6 +54,7 @@ class EngineWeights:
         self._loading = asyncio.Lock()
         self._joining = False  # in the NCCL rendezvous of `join_nccl`
         self._joined = False  # a member of a weight-transfer group (its communicator open)
+        self._keep_kv_cache = keep_kv_cache
 
     @property
     def busy(self) -> bool:
@@ -72,6 +82,7 @@ class EngineWeights:
                     raise RuntimeError(f"engine {self.engine_id}: the load of policy version {version} was aborted")
                 base_digest = await self._load_base(incoming.message) if incoming.ring else None
                 adapter_digest = await self._load_adapter(await incoming.adapter()) if incoming.adapter_count else None
+                await self._llm.update_weight_version(str(version))  # vLLM stamps the tokens sampled from now on
                 return adapters.combined_checksum(base_digest, adapter_digest)
 
             async with self._loading:  # one load at a time
@@ -139,9 +150,9 @@ class EngineWeights:
         return digest
 
     async def _pause(self) -> None:
-        """`AsyncLLM.pause_generation(mode="keep", clear_cache=True)` without its closing 20 ms sleep,
+        """`AsyncLLM.pause_generation(mode="keep")` without its closing 20 ms sleep,
         which on CPU was a tenth of every weight sync (workers/fences/vllm.py says why it can go)."""
-        await fenced_vllm.pause_keep_requests(self._llm)
+        await fenced_vllm.pause_keep_requests(self._llm, clear_cache=not self._keep_kv_cache)
 
     async def join_nccl(self, init_info: dict) -> str | None:
         """Collective path: join the learner's weight-transfer group (blocks until all ranks join). None,

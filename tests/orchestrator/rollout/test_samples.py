@@ -33,3 +33,28 @@ def test_the_parquet_says_which_samples_were_not_trained_on():
     table = rollout_table(samples, step=1)
     assert table.column("filtered").to_pylist() == [False, False, True, True]
     assert table.column("advantage").to_pylist() == [0.5, -0.5, None, None]
+
+
+def test_a_sample_an_update_landed_in_is_as_old_as_its_oldest_token_and_the_parquet_has_every_tokens_version():
+    from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
+    from orchestrator.contracts.sampling import SamplingConfig
+
+    def sample(index, ids, versions=None, mask=None):
+        return Sample(index, "", ids, [-0.1] * len(ids), "stop", None, None, tool_mask=mask, output_versions=versions)
+
+    request = GroupRequest(7, 0, "p", [1, 2], 3, SamplingConfig())
+    result = GroupResult(
+        group_id=7,
+        engine_id=0,
+        policy_version=4,  # the engine's weights when the group started
+        samples=[
+            sample(0, [5, 6, 7], versions=[5, 5, 6]),  # queued past one update, then another landed mid-sample
+            sample(1, [5, 6, 7, 8], versions=[4, 4, -1, 6], mask=[1, 1, 0, 1]),  # a tool's observation between turns
+            sample(2, [5, 6]),  # unlabelled: the group's version throughout
+        ],
+    )
+    samples = StepSamples.assemble([request], [result])
+    assert samples.policy_version.tolist() == [5, 4, 4]
+    assert samples.output_versions.tolist() == [[5, 5, 6], [4, 4, -1, 6], [4, 4]]
+    assert rollout_table(samples, step=1).column("output_versions").to_pylist() == [[5, 5, 6], [4, 4, -1, 6], [4, 4]]
+    assert samples.take(np.array([2, 0])).output_versions.tolist() == [[4, 4], [5, 5, 6]]

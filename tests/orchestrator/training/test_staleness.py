@@ -77,3 +77,16 @@ def test_the_loop_generates_stale_groups_again_on_its_generation_thread(tmp_path
     assert renewed.policy_version.tolist() == [4, 4, 6, 6, 5, 5]
     assert renewed.reward.tolist() == [0, 0, 1, 1, 0, 0]
     assert staleness.figures(renewed, learner_version=6)["staleness/max"] == 2
+
+
+def test_token_staleness_and_the_share_of_samples_an_update_landed_in():
+    from orchestrator.rollout.samples import Ragged
+
+    samples = _samples([10, 10, 11, 11], [5, 5, 4, 6])
+    samples.output_versions = Ragged.of([[5, 5], [5, 6], [4, -1], [6, 6]], np.int64)  # -1: a tool's observation
+    figures = staleness.figures(samples, learner_version=6)
+    assert (figures["staleness/token_min"], figures["staleness/token_max"]) == (0, 2)
+    assert figures["staleness/token_mean"] == pytest.approx((1 + 1 + 1 + 0 + 2 + 0 + 0) / 7)
+    assert figures["staleness/samples_spanning_updates"] == 0.25
+    # the bound holds on each sample's oldest token
+    assert staleness.stale_groups(samples, learner_version=6, max_staleness=1) == [11]

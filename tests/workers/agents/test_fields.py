@@ -60,11 +60,12 @@ def test_every_field_set_by_the_run_is_replaced_whatever_the_agent_sent():
     sampling = SamplingConfig(temperature=0.5, top_p=0.9, top_k=7, seed=11, max_tokens=32)
     gateway.open("k", "token", sampling, group_id=2, sample_index=1)
     junk = object()
-    sent = gateway._overrides(gateway._sessions["k"], {key: junk for key in fields.SET_BY_RUN}, "max_tokens", 0)
+    sent = gateway._overrides(gateway._sessions["k"], {key: junk for key in fields.SET_BY_RUN}, "max_tokens", 0, 3)
     assert fields.SET_BY_RUN <= set(sent)
     assert not [key for key in fields.SET_BY_RUN if sent[key] is junk]
     assert (sent["temperature"], sent["top_p"], sent["top_k"], sent["max_tokens"]) == (0.5, 0.9, 7, 32)
     assert sent["repetition_penalty"] == 1.0 and sent["use_beam_search"] is False and sent["model"] == "policy"
+    assert sent["cache_salt"] == "policy-v3"  # no prefix cached under another policy version is reused
     with pytest.raises(GatewayError, match="logit_bias: not taken") as refused:
-        gateway._overrides(gateway._sessions["k"], {"logit_bias": {}}, "max_tokens", 0)
+        gateway._overrides(gateway._sessions["k"], {"logit_bias": {}}, "max_tokens", 0, 3)
     assert refused.value.status == 400

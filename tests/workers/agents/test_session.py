@@ -21,10 +21,10 @@ def _codec(tokenizer):
     return (lambda text: tokenizer.encode(text, add_special_tokens=False)), (lambda ids: tokenizer.decode(ids))
 
 
-def _call(session, rendered, completion, encode, decode, messages=None):
+def _call(session, rendered, completion, encode, decode, messages=None, version=0):
     """The ids the engine is sent for the call, after recording it."""
     ids, new = session.prompt_ids(rendered, encode, decode)
-    answer = dict(completion_ids=completion, logprobs=[-0.5] * len(completion), finish_reason="stop", policy_version=0)
+    answer = dict(completion_ids=completion, logprobs=[-0.5] * len(completion), finish_reason="stop", policy_version=version)
     session.record(ids, new, messages, decode, **answer)
     return ids
 
@@ -55,13 +55,15 @@ def test_the_sample_trains_on_sampled_tokens_only(lookup_tokenizer):
     _call(session, prompt, first, encode, decode, [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "S"}])
     added = encode("<result> b </result>")
     messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "S"}, {"role": "tool", "content": "b"}]
-    _call(session, prompt + first + added, second, encode, decode, [*messages, {"role": "assistant", "content": "A"}])
+    _call(session, prompt + first + added, second, encode, decode, [*messages, {"role": "assistant", "content": "A"}], 1)
 
     [sample] = session_samples(session, 1, decode, eos_token_id=None, reward=1.0)
     assert sample.prompt_ids == prompt
     assert sample.completion_ids == first + added + second
     assert sample.tool_mask == [1] * len(first) + [0] * len(added) + [1] * len(second)
     assert sample.logprobs == [-0.5] * len(first) + [None] * len(added) + [-0.5] * len(second)
+    # each call's tokens carry the policy it started on (an update landed between the two calls)
+    assert sample.output_versions == [0] * len(first) + [-1] * len(added) + [1] * len(second)
     assert sample.turns == 2 and sample.reward == 1.0
     assert [m["role"] for m in sample.messages] == ["assistant", "tool", "assistant"]  # after the prompt's messages
 

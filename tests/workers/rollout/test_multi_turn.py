@@ -35,8 +35,9 @@ def use(max_turns=3, max_observation_tokens=32) -> ToolUse:
 class ScriptedModel:
     """Returns the scripted turns in order and records every context it was asked to continue."""
 
-    def __init__(self, *turns: tuple[str, str | int | None]):
+    def __init__(self, *turns: tuple[str, str | int | None], versions: list[int] | None = None):
         self.turns = list(turns)
+        self.versions = versions  # each turn's policy version (all its tokens), or unlabelled
         self.contexts, self.budgets = [], []
 
     async def __call__(self, context_ids, max_tokens, turn_index):
@@ -45,7 +46,8 @@ class ScriptedModel:
         text, stop = self.turns.pop(0)
         ids = encode(text)[:max_tokens]
         finish = "length" if len(ids) == max_tokens and stop is None and ids[-1] != EOS else "stop"
-        return Turn(token_ids=ids, text=decode(ids), logprobs=[-0.5] * len(ids), finish_reason=finish, stop_reason=stop)
+        versions = None if self.versions is None else [self.versions[turn_index]] * len(ids)
+        return Turn(ids, decode(ids), [-0.5] * len(ids), finish, stop, versions)
 
 
 def tool_answering(result: str, status: str = "ok"):
@@ -127,3 +129,15 @@ def test_without_a_call_the_sample_is_single_turn():
     sample = run(model, tool_answering(" r "))
     assert sample.turns == 1 and sample.tool_calls == [] and all(sample.tool_mask)
     assert sample.completion == " answer jade"
+
+
+def test_each_model_token_keeps_the_version_of_its_turn_and_observations_have_none():
+    """An update between two turns: the second turn's tokens carry the new version; a tool's observation
+    tokens were sampled by no policy (-1)."""
+    model = ScriptedModel((" <search> apple </search>", 1001), (" answer jade<eos>", None), versions=[2, 3])
+    sample = run(model, tool_answering(" jade "))
+    first, answer = encode(" <search> apple </search>"), encode(" answer jade<eos>")
+    observation = len(sample.completion_ids) - len(first) - len(answer)
+    assert sample.output_versions == [2] * len(first) + [-1] * observation + [3] * len(answer)
+    unlabelled = run(ScriptedModel((" <search> apple </search>", 1001), (" a<eos>", None)), tool_answering(" jade "))
+    assert unlabelled.output_versions is None  # the group's version stands for every token

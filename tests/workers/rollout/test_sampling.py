@@ -8,10 +8,16 @@ from workers.rollout.sampling import to_samples, vllm_params
 EOS = 0
 
 
-def _completion(index, text, token_ids, finish_reason="stop", stop_reason=None):
+def _completion(index, text, token_ids, finish_reason="stop", stop_reason=None, weight_versions=None):
     logprobs = [{t: types.SimpleNamespace(logprob=-0.25 * (i + 1))} for i, t in enumerate(token_ids)]
     return types.SimpleNamespace(
-        index=index, text=text, token_ids=token_ids, finish_reason=finish_reason, stop_reason=stop_reason, logprobs=logprobs
+        index=index,
+        text=text,
+        token_ids=token_ids,
+        finish_reason=finish_reason,
+        stop_reason=stop_reason,
+        logprobs=logprobs,
+        weight_versions=weight_versions,
     )
 
 
@@ -46,3 +52,16 @@ def test_params_forward_everything_and_seed_follows_the_group():
     assert params.stop == ["<search>"] and 42 in params.stop_token_ids
     assert params.include_stop_str_in_output and not params.skip_special_tokens and not params.ignore_eos
     assert params.seed == 104 and params.logprobs == 0
+
+
+def test_each_token_takes_the_version_of_the_weight_span_that_sampled_it():
+    """vLLM labels spans of output tokens with the weights' version (an update landed after token 2 here)."""
+    from vllm.outputs import WeightVersionSpan
+
+    spans = [WeightVersionSpan("3", 0, 2), WeightVersionSpan("4", 2, 5)]
+    [sample] = to_samples([_completion(0, "abcde", [5, 6, 7, 8, 9], weight_versions=spans)], EOS, "<eos>")
+    assert sample.output_versions == [3, 3, 4, 4, 4]
+    # weights an engine started with and never labelled, or no labels at all: the group's version stands
+    [unlabelled] = to_samples([_completion(0, "ab", [5, 6], weight_versions=[WeightVersionSpan("default", 0, 2)])], EOS, None)
+    [bare] = to_samples([_completion(0, "ab", [5, 6])], EOS, None)
+    assert unlabelled.output_versions is None and bare.output_versions is None

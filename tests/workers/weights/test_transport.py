@@ -155,3 +155,46 @@ def test_buckets_cast_for_bfloat16_engines_each_reach_the_store_as_handed_out(le
     assert len(buckets) > 2 and [bucket.header() for bucket in buckets] == headers
     assert {entry.dtype for bucket in buckets for entry in bucket.entries} == {"bfloat16"}
     assert checksum(buckets) == ray.get(learner.published_checksum.remote())
+
+
+def test_an_update_that_lands_mid_sample_stamps_each_token_with_the_policy_that_sampled_it(pool, learner, learner_tokenizer):
+    """Async mode loads weights into engines while they generate (requests in flight are kept): the tokens
+    sampled before the load carry the old version, those after it the new one (vLLM's weight-version
+    spans), and the sample's own version is its oldest token's. The load lands at a moment the test does
+    not control, so a group that finished first (or started after) is tried again with a later load."""
+    import concurrent.futures
+    import time
+
+    import ray
+
+    from orchestrator.contracts.groups import GroupRequest
+    from orchestrator.contracts.sampling import SamplingConfig
+    from orchestrator.rollout.samples import StepSamples
+    from workers.weights.object_store import ObjectStoreTransport
+
+    transport = ObjectStoreTransport(timeout_s=120, bucket_bytes=64 << 10)
+    engines = pool.engines.actors
+    prompt_ids = learner_tokenizer("Q: what is apple ? A:")["input_ids"]
+    sampling = SamplingConfig(max_tokens=200, ignore_eos=True, seed=0)  # long, whatever the model would say
+    spanning = []
+    newest = max(ray.get([actor.policy_version.remote() for actor in engines.values()]))
+    loaded = transport.sync(learner, engines, version=newest + 1).version  # every engine on one version
+    with concurrent.futures.ThreadPoolExecutor(1) as generation:
+        for attempt in range(6):
+            started = loaded
+            request = GroupRequest(attempt, 0, "", prompt_ids, 8, sampling)
+            pending = generation.submit(pool.generate, [request])
+            time.sleep(0.05 * attempt)
+            loaded = transport.sync(learner, engines, version=started + 1).version
+            [result] = pending.result()
+            assert result.policy_version == started
+            for sample in result.samples:
+                versions = sample.output_versions
+                assert len(versions) == len(sample.completion_ids) == 200
+                assert versions == sorted(versions) and set(versions) <= {started, loaded}
+            samples = StepSamples.assemble([request], [result])
+            assert samples.policy_version.tolist() == [min(s.output_versions) for s in result.samples]
+            spanning = [s for s in result.samples if len(set(s.output_versions)) == 2]
+            if spanning:
+                break
+    assert spanning, "no load landed mid-sample in six tries"
