@@ -88,8 +88,9 @@ def engine_args(
         disable_log_stats=True,
         load_format="dummy" if placeholder_weights else "auto",
         worker_extension_cls="workers.weights.vllm_worker.WeightReceiver",
-        # The collective weight path (workers/weights/nccl.py): NCCL on GPU, its stand-in gloo on CPU.
-        weight_transfer_config={"backend": "gloo" if on_cpu else "nccl"},
+        # The collective weight path (workers/weights/nccl.py): NCCL on GPU, opened with a deadline
+        # (workers/weights/timed_nccl.py), its stand-in gloo on CPU.
+        weight_transfer_config={"backend": "gloo" if on_cpu else "nccl_timed"},
         **({"enable_lora": True, "max_lora_rank": lora_rank, "max_loras": 1} if lora_rank else {}),
     )
 

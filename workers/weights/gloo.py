@@ -31,6 +31,7 @@ from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngin
 from vllm.distributed.weight_transfer.packed_tensor import pack_tensors, unpack_tensor
 
 from workers.weights.buckets import Checksum
+from workers.weights.rendezvous import rendezvous
 
 BACKEND = "gloo"
 
@@ -56,14 +57,10 @@ class GlooCommunicator:
 
 def open_group(address: str, port: int, rank: int, world_size: int, timeout_s: float) -> GlooCommunicator:
     """Join the group at `address:port` (rank 0 listens there); waits at most `timeout_s` for every rank."""
-    from vllm.distributed.utils import StatelessProcessGroup
-
+    group = rendezvous(address, port, rank, world_size, timeout_s, "gloo")
     try:
-        rendezvous = StatelessProcessGroup.create(
-            host=address, port=port, rank=rank, world_size=world_size, store_timeout=max(1, math.ceil(timeout_s))
-        )
-        return GlooCommunicator(rendezvous.store, rank, world_size, timeout_s)
-    except Exception as error:  # torch's store and gloo errors name neither the group nor the wait
+        return GlooCommunicator(group.store, rank, world_size, timeout_s)
+    except Exception as error:  # gloo's errors name neither the group nor the wait
         raise RuntimeError(
             f"rank {rank} of the gloo weight-transfer group at {address}:{port} (world size {world_size}) did not "
             f"meet the other ranks within {timeout_s:.0f}s: {type(error).__name__}: {error}"

@@ -1,4 +1,5 @@
-"""Collective weight transport: vLLM's NCCL weight-transfer engine on GPU (or gloo on CPU), learner as rank 0.
+"""Collective weight transport: vLLM's NCCL weight-transfer engine on GPU, opened with a deadline
+(timed_nccl.py), or gloo on CPU (gloo.py); the learner is rank 0.
 
     learner actor    rendezvous(), CollectiveSender.send(weights)  rank 0 of the group; broadcasts
     engine actor     join_nccl / receive_nccl (receiving.py)        vLLM's receiver, pause -> load -> resume
@@ -71,9 +72,9 @@ class CollectiveSender:
 
             self.group = gloo.open_group(address, port, 0, world_size, timeout_s)
         else:
-            from vllm.distributed.weight_transfer.nccl_common import trainer_init
+            from workers.weights import timed_nccl
 
-            self.group = trainer_init({"master_address": address, "master_port": port, "world_size": world_size})
+            self.group = timed_nccl.open_group(address, port, 0, world_size, timeout_s)
 
     def send(self, named_tensors, bucket_bytes: int) -> str:
         """Broadcast (name, tensor) pairs; the checksum of what was sent (NCCL: `UNVERIFIED`). A tensor
@@ -175,8 +176,7 @@ class NcclTransport(WeightTransport):
         join_s = min(OPEN_TIMEOUT_S, self.timeout_s / 4)
         info = {"master_address": address, "master_port": port, "world_size": world_size, "packed": True}
         info["packed_buffer_size_bytes"] = self._chunk_bytes
-        if self.backend == "gloo":
-            info["timeout_s"] = join_s
+        info["timeout_s"] = join_s  # every rank gives up at it (rendezvous.py), the learner too
         joins = {
             engine_id: actor.init_nccl.remote({**info, "rank_offset": 1 + index * self.tensor_parallel_size})
             for index, (engine_id, actor) in enumerate(sorted(engines.items()))

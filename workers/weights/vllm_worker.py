@@ -1,7 +1,7 @@
 """Loaded into each vLLM worker process (`worker_extension_cls`): receive weights as they are staged.
 
-Importing it registers the gloo weight-transfer engine (gloo.py) in the worker's process, before vLLM
-builds the engine `weight_transfer_config` names.
+Importing it registers the gloo and the timed NCCL weight-transfer engines (gloo.py, timed_nccl.py) in
+the worker's process, before vLLM builds the engine `weight_transfer_config` names.
 
 The bytes arrive a bucket at a time in the engine actor's shared-memory ring
 (workers/weights/staging.py); only the bucket headers travel through `collective_rpc`. vLLM loads
@@ -13,7 +13,7 @@ backend the latter fails after start-up because linear layers are repacked when 
 from __future__ import annotations
 
 from workers.host_memory import return_freed_memory
-from workers.weights import gloo  # noqa: F401  (registers the "gloo" weight-transfer engine with vLLM in this process)
+from workers.weights import gloo, timed_nccl  # noqa: F401  (register "gloo" and "nccl_timed" with vLLM in this process)
 from workers.weights.buckets import Checksum, tensors
 from workers.weights.staging import StagedStream
 

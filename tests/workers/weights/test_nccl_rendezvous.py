@@ -4,6 +4,8 @@ on a multi-node cluster an address picked on the driver's node cannot be bound b
 
 import socket
 
+import pytest
+
 
 class _Method:
     def __init__(self, calls: list, name: str, result=None):
@@ -42,6 +44,33 @@ def test_engines_and_learner_meet_where_the_learner_listens(ray_session):
     ]
     # The packed chunk holds the largest tensor (2 MB of bf16) rather than the 1 MB bucket: none is packed alone past it.
     assert {j["packed_buffer_size_bytes"] for j in joins} == {2 << 20}
+    # Every rank waits for the others a quarter of the sync's deadline, not vLLM's 300 s: the engines' workers read
+    # the deadline through the timed engine's init info (vLLM's own NCCL engine refuses the key)
+    assert {j["timeout_s"] for j in joins} == {7.5} and opened[0][4] == 7.5
+    from vllm.distributed.weight_transfer.nccl_common import NCCLWeightTransferInitInfo
+
+    from workers.weights.timed_nccl import TimedInitInfo
+
+    assert TimedInitInfo(**joins[0]).timeout_s == 7.5
+    with pytest.raises(TypeError, match="timeout_s"):
+        NCCLWeightTransferInitInfo(**joins[0])
+
+
+def test_the_learners_nccl_open_gives_up_at_its_deadline():
+    """A rank that never joins (an engine stuck starting, a node gone): the learner's open fails at the
+    group's deadline rather than after vLLM's 300 s, so the learner actor is free for the object-store
+    fallback. The rendezvous comes before any GPU is touched, so this runs on CPU."""
+    import time
+
+    from workers.weights.nccl import CollectiveSender
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=rf"rank 0 of the NCCL weight-transfer group at 127.0.0.1:{port} \(world size 2\)"):
+        CollectiveSender("nccl", "127.0.0.1", port, world_size=2, timeout_s=2)
+    assert time.monotonic() - start < 15
 
 
 def test_the_learners_endpoint_is_free_on_its_own_node(ray_session):
