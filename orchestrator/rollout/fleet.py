@@ -113,8 +113,14 @@ class EngineFleet:
         the run's longest prompt plus its completion budget, within the model's own; a model's 32k
         context would otherwise need a KV cache for a 32k-token sequence before the engine starts. Its
         KV cache too: on CPU always, capping the samples an engine holds to what was sized; on GPU while
-        that is small (kv_cache.py says why both matter)."""
-        from orchestrator.rollout.kv_cache import cpu_kv_cache_bytes, gpu_kv_cache_bytes
+        that is small, and beside a colocated learner always, holding at once the samples a small cache
+        fits (kv_cache.py says why)."""
+        from orchestrator.rollout.kv_cache import (
+            GPU_SIZED_MAX_BYTES,
+            cpu_kv_cache_bytes,
+            gpu_kv_cache_bytes,
+            gpu_sequences_within,
+        )
 
         update = {}
         if self.config.max_model_len is None:
@@ -131,7 +137,11 @@ class EngineFleet:
         elif self.config.kv_cache_memory_bytes is None:
             dtype = self.config.weight_dtype(self.cluster.device)
             inflight = min(self.config.max_inflight_samples, samples_in_flight)
-            sized = gpu_kv_cache_bytes(model_config, inflight, max(tokens_per_sample, context), dtype)
+            tokens = max(tokens_per_sample, context)
+            sized = gpu_kv_cache_bytes(model_config, inflight, tokens, dtype)
+            if sized is None and self.colocation is not None:  # never vLLM's start-up profile beside a learner
+                inflight = min(inflight, gpu_sequences_within(model_config, tokens, dtype, GPU_SIZED_MAX_BYTES))
+                sized = gpu_kv_cache_bytes(model_config, inflight, tokens, dtype, cap=None)
             if sized is not None:
                 update.update(max_inflight_samples=inflight, kv_cache_memory_bytes=sized)
         self.config = self.config.model_copy(update=update)

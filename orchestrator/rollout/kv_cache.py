@@ -9,7 +9,9 @@ On a GPU vLLM would take `gpu_memory_utilization` of the device: for a small mod
 is millions of blocks, which vLLM walks in Python at each weight load's cache reset (0.3-0.8 s a sync
 instead of ~0.03 s, expected from a read of vLLM 0.32), and its start-up memory profile fails when a
 colocated learner frees memory meanwhile. A KV size given explicitly skips that profile. So a GPU engine
-is sized for its work too while that is at most `GPU_SIZED_MAX_BYTES`; past it vLLM sizes the cache.
+is sized for its work too while that is at most `GPU_SIZED_MAX_BYTES`; past it vLLM sizes the cache,
+except beside a colocated learner, where the profile would race the learner's steps: there the engine
+holds the samples that fit `GPU_SIZED_MAX_BYTES` at once (`gpu_sequences_within`), and more wait.
 """
 
 from __future__ import annotations
@@ -36,11 +38,19 @@ def cpu_kv_cache_bytes(model_config: dict, sequences: int, tokens_per_sequence: 
     return max(MIN_BYTES, min(MAX_BYTES, need))
 
 
-def gpu_kv_cache_bytes(model_config: dict, sequences: int, tokens_per_sequence: int, dtype: str | None) -> int | None:
+def gpu_kv_cache_bytes(
+    model_config: dict, sequences: int, tokens_per_sequence: int, dtype: str | None, cap: int | None = GPU_SIZED_MAX_BYTES
+) -> int | None:
     """A GPU engine's KV cache for the same work (at least 256 MiB), in the engines' `dtype` (None:
-    vLLM's choice, 16-bit); None (vLLM sizes it) when that is over `GPU_SIZED_MAX_BYTES`."""
+    vLLM's choice, 16-bit); None (vLLM sizes it) when that is over `cap`."""
     need = _need(model_config, sequences, tokens_per_sequence, GPU_BLOCK_TOKENS, 4 if dtype == "float32" else 2)
-    return max(MIN_BYTES, need) if need <= GPU_SIZED_MAX_BYTES else None
+    return max(MIN_BYTES, need) if cap is None or need <= cap else None
+
+
+def gpu_sequences_within(model_config: dict, tokens_per_sequence: int, dtype: str | None, budget: int) -> int:
+    """How many sequences of `tokens_per_sequence` tokens a GPU KV cache of `budget` bytes holds (at least 1)."""
+    one = _need(model_config, 1, tokens_per_sequence, GPU_BLOCK_TOKENS, 4 if dtype == "float32" else 2)
+    return max(1, budget // one)
 
 
 def _need(model_config: dict, sequences: int, tokens_per_sequence: int, block_tokens: int, dtype_bytes: int) -> int:

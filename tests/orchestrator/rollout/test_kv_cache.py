@@ -14,16 +14,15 @@ def test_small_work_keeps_the_floor_and_grouped_query_attention_counts_kv_heads(
     assert bytes_per_token({**LLAMA, "num_key_value_heads": 2}) == bytes_per_token(LLAMA) // 4
 
 
-def _group(learner_tokenizer, device, **rollout):
+def _group(learner_tokenizer, device, colocation=None, **rollout):
     from types import SimpleNamespace
 
     from orchestrator.contracts.rollout import RolloutConfig
     from orchestrator.rollout.fleet import EngineFleet
 
     # cpu_threads_bind set: the group does not look for the cluster's cores (no Ray here)
-    return EngineFleet(
-        SimpleNamespace(device=device), None, learner_tokenizer, RolloutConfig(cpu_threads_bind="nobind", **rollout)
-    )
+    config = RolloutConfig(cpu_threads_bind="nobind", **rollout)
+    return EngineFleet(SimpleNamespace(device=device), None, learner_tokenizer, config, colocation=colocation)
 
 
 def test_engines_take_the_runs_context_not_the_models_32k(learner_tokenizer):
@@ -64,3 +63,22 @@ def test_a_gpu_engine_of_a_small_run_is_sized_for_its_work_and_a_large_one_left_
     mine = _group(learner_tokenizer, "cuda", kv_cache_memory_bytes=3 << 30)
     mine.size_for(LLAMA, 64, 600)
     assert mine.config.kv_cache_memory_bytes == 3 << 30  # the user's own value wins
+
+
+def test_beside_a_colocated_learner_a_gpu_engine_is_never_left_to_vllms_start_up_profile(learner_tokenizer):
+    """vLLM's profile fails when another process frees GPU memory while it runs, as a colocated learner's step does:
+    an engine (re)started beside one gets an explicit cache, holding at once the samples a small cache fits."""
+    from types import SimpleNamespace
+
+    from orchestrator.rollout.kv_cache import GPU_SIZED_MAX_BYTES
+
+    big = {**LLAMA, "num_hidden_layers": 80, "num_attention_heads": 64, "hidden_size": 8192}
+    colocated = _group(learner_tokenizer, "cuda", colocation=SimpleNamespace(share=0.3), max_inflight_samples=256)
+    colocated.size_for(big, 256, 4096)
+    one = (4096 // 16 + 1) * 16 * bytes_per_token(big, 2)  # 16-bit keys and values, whole blocks plus a spare
+    assert colocated.config.max_inflight_samples == GPU_SIZED_MAX_BYTES // one
+    assert colocated.config.kv_cache_memory_bytes == colocated.config.max_inflight_samples * one <= GPU_SIZED_MAX_BYTES
+    huge = _group(learner_tokenizer, "cuda", colocation=SimpleNamespace(share=0.3))
+    huge.size_for({**big, "num_hidden_layers": 800}, 64, 32768)  # one sequence is past the small cache: room for one
+    assert huge.config.max_inflight_samples == 1
+    assert huge.config.kv_cache_memory_bytes == (32768 // 16 + 1) * 16 * bytes_per_token({**big, "num_hidden_layers": 800}, 2)
