@@ -170,6 +170,15 @@ def _simulate_parser(commands) -> None:
         help="instead: the autoscaling policy on a load whose completions double mid-run, in virtual time, "
         "against a fixed pool of --start-engines (orchestrator/bench/autoscaling.py); no Ray",
     )
+    p.add_argument(
+        "--preemption",
+        action="store_true",
+        help="instead: nodes drained with 30 s of notice while long-tailed completions (mean 4000 tokens, cut at "
+        "16384) generate, at 256 and 1024 engines, with and without continuation of unfinished samples: engine time "
+        "spent on tokens generated again and the step time, in virtual time (orchestrator/bench/preemption.py); no Ray",
+    )
+    p.add_argument("--drains-per-node-hour", type=float, default=0.05, help="--preemption: the drain rate (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=10, help="--preemption: steps per run (default: %(default)s)")
     p.add_argument("--start-engines", type=int, default=1, help="--autoscale: engines at the start (default: %(default)s)")
     p.add_argument("--max-engines", type=int, default=8, help="--autoscale: autoscale.max_engines (default: %(default)s)")
 

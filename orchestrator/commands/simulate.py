@@ -22,6 +22,8 @@ def run_simulate(args: argparse.Namespace) -> int:
 
     if args.autoscale:
         return _simulate_autoscaling(args)
+    if args.preemption:
+        return _simulate_preemption(args)
     for name in ("engines", "prompts", "num_generations", "max_tokens", "capacity", "hosts"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
@@ -58,4 +60,22 @@ def _simulate_autoscaling(args: argparse.Namespace) -> int:
     except ValidationError as error:
         raise explain(error, AutoscaleSettings) from None
     print(report(Load(), settings, args.start_engines))
+    return 0
+
+
+def _simulate_preemption(args: argparse.Namespace) -> int:
+    from orchestrator.bench import preemption
+    from orchestrator.machine import describe as describe_machine
+
+    if args.drains_per_node_hour <= 0 or args.steps < 1:
+        raise UserError("--drains-per-node-hour must be positive and --steps at least 1")
+    rows = []
+    for engines in (256, 1024):
+        fleet = preemption.Fleet(engines=engines, drains_per_node_hour=args.drains_per_node_hour, steps=args.steps)
+        print(f"{engines} engines ...", flush=True)
+        rows.append((engines, preemption.run(fleet, continuation=False), preemption.run(fleet, continuation=True)))
+    print(f"preemption drains, in virtual time; computed on {describe_machine()}")
+    print(preemption.table(rows, fleet))
+    Path(args.out).write_text(json.dumps([{"engines": e, "without": a, "with": b} for e, a, b in rows], indent=2))
+    print(f"saved {args.out}")
     return 0
