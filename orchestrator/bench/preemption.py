@@ -30,6 +30,8 @@ import itertools
 import math
 import random
 
+from orchestrator.bench.simulated_engine import TokenTiming
+
 
 @dataclasses.dataclass(frozen=True)
 class Fleet:
@@ -40,13 +42,21 @@ class Fleet:
     mean_tokens: float = 4000.0  # before the cut
     max_tokens: int = 16384
     prompt_tokens: int = 512
-    token_s: float = 0.046  # a decode step at full occupancy: 30 ms + 0.25 ms per running sample, 64 running
-    prefill_per_token_s: float = 0.00002
+    timing: TokenTiming = dataclasses.field(default_factory=TokenTiming)  # simulate's; engines run at full occupancy
     drains_per_node_hour: float = 0.05
     notice_s: float = 30.0
     replace_s: float = 180.0
     steps: int = 10
     seed: int = 0
+
+    @property
+    def token_s(self) -> float:
+        """A decode step with every slot running: each sample in flight gets one token."""
+        return self.timing.step_s(self.capacity)
+
+    @property
+    def prefill_per_token_s(self) -> float:
+        return self.timing.prefill_per_token_s
 
     @property
     def groups(self) -> int:

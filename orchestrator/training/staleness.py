@@ -4,9 +4,9 @@ newer than the policy that generated it.
 The loop submits step t's batch when step t - max_staleness starts (prefetch.py). Every token carries
 the version of the weights that sampled it (`output_versions`: an update can land mid-sample), and a
 sample's version is its oldest token's, no older than its engine's weights when the group started, so
-the bound holds by construction. It is still checked per sample before a step trains: a group over it (an engine that
-kept old weights, a change to the loop) is generated again on the current policy, and counted, rather
-than trained on or fatal.
+the bound holds by construction. It is still checked per sample before a step trains: a group over it
+(an engine that kept old weights, a change to the loop) is generated again on the current policy, and
+counted, rather than trained on or fatal.
 """
 
 from __future__ import annotations

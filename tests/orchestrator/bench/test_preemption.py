@@ -4,9 +4,19 @@ on fleets small enough to follow by hand."""
 import dataclasses
 
 from orchestrator.bench import preemption
+from orchestrator.bench.simulated_engine import TokenTiming
 
+SLOW_STEPS = TokenTiming(step_base_s=0.045)  # 46 ms a token with 4 samples in flight, as the full-size fleet's 64
 FLEET = preemption.Fleet(
-    engines=4, engines_per_node=2, capacity=4, n=2, mean_tokens=400, max_tokens=2000, drains_per_node_hour=20, steps=4
+    engines=4,
+    engines_per_node=2,
+    capacity=4,
+    n=2,
+    mean_tokens=400,
+    max_tokens=2000,
+    timing=SLOW_STEPS,
+    drains_per_node_hour=20,
+    steps=4,
 )
 
 
