@@ -119,3 +119,17 @@ def test_a_resume_refuses_a_revision_that_moved_or_a_pin_added_or_dropped(tiny_r
         hub_pins.check_resume((), tmp_path)
     with pytest.raises(UserError, match="^model_revision: the run started without it"):
         hub_pins.check_resume(pins, tmp_path / "elsewhere")
+
+
+def test_the_model_key_is_trls_and_a_pinned_branch_is_read_as_trl_reads_it(tiny_repo):
+    """TRL's ModelConfig names the key `model_revision` and passes it to from_pretrained as `revision`; here a
+    branch is resolved to its commit first, and the model read at that commit is the one TRL would read."""
+    from transformers import AutoModelForCausalLM
+    from trl import ModelConfig
+
+    assert "model_revision" in ModelConfig.__dataclass_fields__ and "model_revision" in TrainConfig.model_fields
+    config = TrainConfig(model="org/tiny", model_revision="v1")
+    pinned = hub_pins.pinned(config, hub_pins.resolve(config, "org/tiny"))
+    as_trl = AutoModelForCausalLM.from_pretrained("org/tiny", revision=ModelConfig(model_revision="v1").model_revision)
+    ours = AutoModelForCausalLM.from_pretrained("org/tiny", revision=pinned.model_revision)
+    assert all((a == b).all() for a, b in zip(as_trl.state_dict().values(), ours.state_dict().values()))
