@@ -244,6 +244,7 @@ class SimulatedEngineHandle:
         self.exchange = _Routed(host.exchange, engine_id)
         self.submit = _Routed(host.submit, engine_id)
         self.withdraw = _Routed(host.withdraw, engine_id)
+        self.hand_back = _Routed(host.withdraw, engine_id)  # a simulated engine finishes the groups it began
         self.shutdown = _Routed(host.shutdown, engine_id)
         self.policy_version = _Routed(host.policy_version, engine_id)
         self.responsive = _Routed(host.responsive, engine_id)

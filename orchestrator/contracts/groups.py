@@ -25,6 +25,7 @@ class GroupRequest:
     tools: ToolUse | None = None  # multi-turn: run tool calls and continue (workers/rollout/multi_turn.py)
     agent: AgentUse | None = None  # agent sessions (workers/agents/): the user's program makes the calls
     agent_inputs: dict | None = None  # with `agent`: its `prompt` (text or messages) and the dataset's other columns
+    progress: Progress | None = None  # a group handed back unfinished: what its samples have so far (continuation.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Sample:
     completion: str
     completion_ids: list[int]
     logprobs: list[float | None]  # of each sampled token, under the distribution actually sampled
-    finish_reason: str  # "stop" (EOS or a configured stop) or "length"
+    finish_reason: str  # "stop" (EOS or a configured stop), "length", or "abort": handed back unfinished, to continue
     stop_reason: str | None  # the stop string, or the stop token id as text; None for EOS/length
     stop_token_id: int | None  # the stop token id when one ended the sample
     # Multi-turn samples: completion_ids interleave the model's tokens and a tool's observation tokens;
@@ -88,6 +89,17 @@ class Sample:
             prompt_ids=list(prompt_ids),
             error=error,
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """A group an engine handed back before it finished (a drain, a scale-down): its samples so far, each
+    finished or cut short ("abort"), which another engine continues from their last token
+    (workers/rollout/continuation.py)."""
+
+    samples: tuple[Sample, ...]
+    policy_version: int  # of the engine that started the group: the oldest its tokens can be
+    handed_back: int = 1  # times the group was handed back so far
 
 
 @dataclasses.dataclass(frozen=True)

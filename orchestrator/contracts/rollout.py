@@ -122,6 +122,13 @@ class RolloutConfig(StrictModel):
         "Either way a request that starts after an update never reuses a prefix cached under older weights (each "
         "version salts the prefix cache).",
     )
+    continuation: bool = Field(
+        True,
+        description="An engine that stops serving while it generates (its node is draining, the pool shrinks) hands its "
+        "running groups back at once, each sample with its tokens, log-probs and versions so far, and other engines "
+        "continue them from their last token (no token is generated twice, and a drain's notice need not outlast a "
+        "completion). false: such an engine finishes the groups it began before it stops.",
+    )
     request_timeout_s: float = Field(
         1800.0, gt=0.0, description="Deadline for one group's generation; an engine that misses it is replaced."
     )

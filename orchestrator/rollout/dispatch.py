@@ -6,9 +6,11 @@ The state of the batch lives here, and each thing that can happen to it is one m
     assign()          waiting groups go to the least-loaded engines with room (dispatcher.py)
     start_tail()      every group is out: queued groups are taken back for engines that free room first
     send(outgoing)    one `exchange` per engine carries its new groups and brings finished ones back
-    withdraw(...)     at the tail, engines hand back the groups still queued on them
+    withdraw(...)     at the tail, engines hand back the groups still queued on them; engines that stop
+                      serving (drained, scaled down) hand back their running groups too, cut short,
+                      and those continue on other engines from their last token (continued.py)
     check_health()    engines that hold groups and stopped answering are replaced (health.py)
-    drain()           engines on nodes Ray is draining take no more groups and hand back their queued ones
+    drain()           engines on nodes Ray is draining take no more groups and hand back what they hold
     collect(future)   a call came back: results are kept, a death sends the engine's groups elsewhere
     died(engine, e)   an engine is gone: its groups go back to the front of the queue, those that kept
                       killing engines fail by name (poison.py)
@@ -35,6 +37,7 @@ from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.log import log
 from orchestrator.rollout.collector import ResultFreezer
+from orchestrator.rollout.continued import Rework, continued, handed_back
 from orchestrator.rollout.dispatcher import LeastLoadedDispatcher
 from orchestrator.rollout.fleet import EngineFailedError, EngineFleet
 from orchestrator.rollout.health import Watchdog
@@ -53,13 +56,16 @@ class Dispatch:
         on_result: Callable[[GroupResult], None] | None = None,
         deaths: GroupDeaths | None = None,
         policy_version: int = 0,
+        rework: Rework | None = None,
     ):
         """`batch` numbers this call on the engines (their queues hold one batch at a time); `deaths` counts
-        engine deaths per group across batches, and `policy_version` stamps the results of failed groups."""
+        engine deaths per group across batches, `policy_version` stamps the results of failed groups, and
+        `rework` counts samples continued or generated again (continued.py)."""
         self.engines, self.batch, self.on_result = engines, batch, on_result
         config = self.config = engines.config
         self.deaths = deaths or GroupDeaths(config.max_group_deaths)
         self.policy_version = policy_version
+        self.rework = rework or Rework()
         engines.admit_ready(block=False)
         self.queued = config.max_inflight_samples if config.max_queued_samples is None else config.max_queued_samples
         self.dispatcher = LeastLoadedDispatcher(list(engines.actors), config.max_inflight_samples + self.queued)
@@ -78,6 +84,8 @@ class Dispatch:
         self.returned: set[int] = set()  # engines whose `exchange` came back since the loop last called them
         self.tail = not self.queued  # the last groups are out: engines with room get the queued ones
         self.to_withdraw: set[int] = set()  # engines to ask for their queued groups back, at the end of the batch
+        self.to_hand_back: set[int] = set()  # engines that stop serving, to ask for every group they hold
+        self.handing_back: set[int] = set()  # engines asked to (once is enough: they take no more groups)
         self.next_check = 0.0
         self.next_drain_check = 0.0
         self.results: list[GroupResult] = []
@@ -114,6 +122,7 @@ class Dispatch:
         if engines.draining:
             for engine_id in engines.draining:
                 self.dispatcher.remove(engine_id)
+                self._stop_serving(engine_id)
             engines.stop_drained(busy={engine_id for engine_id, groups in self.held.items() if groups})
         engines.finish_stops(timeout_s=0.0)
         if not engines.actors and not self.calling:
@@ -162,13 +171,16 @@ class Dispatch:
                 self._call(engine_id, "exchange", outgoing.get(engine_id, []), linger_s, refill_at if self.pending else None)
 
     def withdraw(self, outgoing: dict[int, list[GroupRequest]]) -> None:
-        """Ask the tail's engines for their queued groups back. After the engine's earlier calls of this
-        batch, so that it gives back this batch's queue (and hands results back at once from then on);
-        an engine sent groups just now is asked next pass."""
-        for engine_id in [e for e in self.to_withdraw if e not in outgoing and e not in self.returned]:
+        """Ask the tail's engines for their queued groups back, and engines that stop serving for every
+        group they hold (`hand_back`: the running ones come back through `exchange`, cut short). After the
+        engine's earlier calls of this batch, so that it gives back this batch's groups (and hands results
+        back at once from then on); an engine sent groups just now is asked next pass."""
+        for engine_id in [e for e in self.to_withdraw | self.to_hand_back if e not in outgoing and e not in self.returned]:
+            method = "hand_back" if engine_id in self.to_hand_back else "withdraw"
             self.to_withdraw.discard(engine_id)
+            self.to_hand_back.discard(engine_id)
             if self.held.get(engine_id):
-                self._call(engine_id, "withdraw")
+                self._call(engine_id, method)
 
     def check_health(self) -> None:
         """Every WATCHDOG_TICK_S, the busy engines that stopped answering are replaced; killed, an engine's
@@ -190,15 +202,22 @@ class Dispatch:
         self.next_drain_check = time.monotonic() + DRAIN_CHECK_S
         for engine_id in self.engines.drain_leaving_nodes():
             self.dispatcher.remove(engine_id)
-            if self.held.get(engine_id):
-                self.to_withdraw.add(engine_id)
+            self._stop_serving(engine_id)
+
+    def _stop_serving(self, engine_id: int) -> None:
+        """A draining engine hands back its groups: every one with `rollout.continuation` (those running come
+        back cut short and continue elsewhere), else its queued ones only (it finishes those it began)."""
+        if not self.held.get(engine_id) or engine_id in self.handing_back:
+            return
+        self.handing_back.add(engine_id)
+        (self.to_hand_back if self.config.continuation else self.to_withdraw).add(engine_id)
 
     def collect(self, future: concurrent.futures.Future) -> None:
         """A call came back."""
         engine_id, method = self.calls.pop(future)
         if method != "exchange":  # a failed one fails the engine's `exchange` too, which handles it
             self.side_calls[engine_id] -= 1
-        if method == "withdraw":
+        if method in ("withdraw", "hand_back"):
             self._withdrawn(engine_id, future)
         elif method == "exchange" and engine_id in self.calling:  # else its engine was found wedged and replaced
             self.calling.discard(engine_id)
@@ -216,6 +235,8 @@ class Dispatch:
         for request in [] if leaving else self.deaths.engine_died(list(lost.values()), error):
             del lost[request.group_id]
             self._fail(request, engine_id)
+        for request in lost.values():
+            self.rework.lost(request, error)
         self.pending.extendleft(reversed(lost.values()))
 
     def _fail(self, request: GroupRequest, engine_id: int) -> None:
@@ -267,8 +288,12 @@ class Dispatch:
         for result in collected.results:
             request = mine.pop(result.group_id)
             self.dispatcher.finished(engine_id, request.num_generations)
-            self.deaths.came_back(request)
             self.holding -= 1
+            if handed_back(result):  # its engine stops serving: the group goes on elsewhere, first
+                self.rework.handed_back(request, result)
+                self.pending.appendleft(continued(request, result))
+                continue
+            self.deaths.came_back(request)
             self._finished(result)
         if mine and not collected.results and not collected.held and not self.side_calls[engine_id]:
             raise RuntimeError(f"engine {engine_id} holds none of the {len(mine)} group(s) the driver gave it")

@@ -8,7 +8,9 @@ still queued on engines are taken back and go to whichever engines free room fir
 would have sent them with no queues at all: a batch's end waits for no engine's queue. A group whose engine died goes back to the
 queue for the live engines, and the group replaces the engine (fleet.py): the pool runs
 degraded on the engines it has and fails only when none are left. A group that keeps killing its
-engines fails by name instead of spending every replacement (poison.py).
+engines fails by name instead of spending every replacement (poison.py). An engine that stops serving
+(drained, scaled down) hands its running groups back cut short, and other engines continue their
+samples from the last token (continued.py).
 
 The pool is the front door to its engines: resizing (`resize`), replacing (`drop`) and weight syncs
 (`sync_weights`) go through it, and nothing outside orchestrator/rollout/ touches its `EngineFleet`.
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from orchestrator.contracts.groups import GroupRequest, GroupResult
+from orchestrator.rollout.continued import Rework
 from orchestrator.rollout.dispatch import Dispatch
 from orchestrator.rollout.fleet import EngineFleet
 from orchestrator.rollout.poison import GroupDeaths
@@ -40,6 +43,7 @@ class RolloutPool:
         self._batches = itertools.count()  # each `generate` call is a batch of its own on the engines
         self._deaths = GroupDeaths(engines.config.max_group_deaths)  # engine deaths per group, over the run
         self._policy_version = 0  # the engines' weights, as last synced
+        self.rework = Rework()  # samples continued on another engine or generated again, over the run (continued.py)
 
     def start(self) -> RolloutPool:
         self.engines.start()
@@ -103,4 +107,5 @@ class RolloutPool:
     def generate(self, requests: list[GroupRequest], on_result: Callable[[GroupResult], None] | None = None) -> list[GroupResult]:
         """Generate every group; results in completion order (assemble them by group id). `on_result`
         is called with each as it arrives. One call is one batch on the engines (dispatch.py)."""
-        return Dispatch(self.engines, requests, next(self._batches), on_result, self._deaths, self._policy_version).run()
+        batch = next(self._batches)
+        return Dispatch(self.engines, requests, batch, on_result, self._deaths, self._policy_version, self.rework).run()

@@ -15,6 +15,7 @@ prefetch.py) up to N steps' batches generate while this step trains, at most N p
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ from orchestrator.launch import Components
 from orchestrator.log import log
 from orchestrator.rewards.scoring import RewardScorer, StepRewards
 from orchestrator.rollout.autoscale import Autoscaler, StepTimings
+from orchestrator.rollout.continued import ROLLOUT_REWORK
 from orchestrator.rollout.parquet import rollout_table, write_parquet
 from orchestrator.rollout.samples import StepSamples
 from orchestrator.training import dynamic_sampling, plots, staleness
@@ -88,6 +90,7 @@ class GRPORun:
         self._resize_to: int | None = None
         self._scaled_to: int | None = None
         self._drained = 0  # engines drained for their node before this step (pool.drained)
+        self._rework = collections.Counter()  # pool.rework's counts before this step
         self._trackers = Trackers([])  # `run` opens the configured ones
         self._generating = BusyClock()  # the pool's time in `generate`, on whichever thread calls it
         self._prefetch = Prefetcher(self._generate)
@@ -351,6 +354,13 @@ class GRPORun:
         metrics["samples_per_s"] = len(samples) / metrics["time/step"]
         return {**metrics, **self._autoscale(metrics, round(metrics["completion_length/mean"] * len(samples)))}
 
+    def _reworked(self) -> dict:
+        """Samples continued on another engine, and generated again, since the last step (continued.py)."""
+        counts = self.components.pool.rework.counts
+        step = {key: counts[key] - self._rework[key] for key in ROLLOUT_REWORK}
+        self._rework = collections.Counter(counts)
+        return {f"rollout/{key}": value for key, value in step.items()}
+
     def _autoscale(self, metrics: dict, tokens: int) -> dict:
         """The pool's figures for the step and, with `rollout.autoscale`, the autoscaler's decision; a
         resize is applied where scaling requests are (`_apply_control`), before the next generation."""
@@ -362,6 +372,7 @@ class GRPORun:
             "rollout/engines_drained": drained,
             "learner/drains": self._learner_drains,
             "rollout/idle_fraction": max(0.0, 1.0 - metrics["time/pool_busy"] / step_s) if step_s > 0 else 0.0,
+            **self._reworked(),
             "learner/wait_s": metrics["time/generate"],
         }
         if self.autoscaler is None:

@@ -107,9 +107,21 @@ def _scaled(m: dict) -> str:
     drained = (
         f" | drained {m['rollout/engines_drained']} engine(s) of a draining node" if m.get("rollout/engines_drained") else ""
     )
+    drained += _reworked(m)
     if not m.get("autoscale/decision"):
         return drained
     return f"{drained} | engines -> {m['autoscale/target']}: {m['autoscale/reason']}"
+
+
+def _reworked(m: dict) -> str:
+    """Samples continued on another engine after theirs stopped serving, and samples generated again."""
+    line = (
+        f" | continued {m['rollout/samples_continued']} sample(s), {m['rollout/tokens_continued']} tokens"
+        if m.get("rollout/samples_continued")
+        else ""
+    )
+    again = {key.split("/")[-1]: m[key] for key in m if key.startswith("rollout/samples_regenerated/") and m[key]}
+    return line + (" | regenerated " + ", ".join(f"{n} sample(s) ({why})" for why, n in again.items()) if again else "")
 
 
 def _synced(m: dict) -> str:

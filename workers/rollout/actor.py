@@ -61,7 +61,8 @@ class RolloutWorker:
         try:
             self._engine = RolloutEngine(*self._args, call_tool=self._tools)
             await self._engine.warm_up()
-            self._groups = GroupQueue(self._engine.generate, capacity=self._args[3].max_inflight_samples)
+            capacity = self._args[3].max_inflight_samples
+            self._groups = GroupQueue(self._engine.generate, capacity, stop_running=self._engine.hand_back)
             self._logged = start_failure.log_offsets()  # where to look for the cause if it dies (start_failure.py)
         except Exception as error:
             self._clean_up_failed_start()
@@ -99,6 +100,11 @@ class RolloutWorker:
     def withdraw(self, batch: int) -> list[GroupRequest]:
         """Give back the queued groups that have not started."""
         return self._groups.withdraw(batch)
+
+    async def hand_back(self, batch: int) -> list[GroupRequest]:
+        """Stop serving: give back the queued groups, and stop the running ones, which the waiting `exchange`
+        hands back at once with their samples so far (group_queue.py)."""
+        return await self._groups.hand_back(batch)
 
     async def responsive(self, timeout_s: float) -> bool:
         return await self._engine.responsive(timeout_s)

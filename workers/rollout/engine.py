@@ -12,6 +12,7 @@ every request with the adapter the learner sent last (workers/weights/adapters.p
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import gc
 import itertools
@@ -30,14 +31,16 @@ from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
-from workers.rollout.multi_turn import CallTool, Vocabulary, run_sample
-from workers.rollout.sampling import cache_salt, to_samples, to_turn, turn_params, turn_seed, vllm_params
+from workers.rollout.continuation import ABORTED, joined, tokens_left, unfinished
+from workers.rollout.multi_turn import CallTool, Turn, Vocabulary, run_sample
+from workers.rollout.sampling import cache_salt, continue_params, to_samples, to_turn, turn_params, turn_seed, vllm_params
 from workers.weights import adapters
 from workers.weights.receiving import EngineWeights
 
 Device = Literal["cpu", "cuda"]
 CPU_KV_CACHE_BYTES = 256 << 20
 LOOPBACK = "127.0.0.1"
+CONTINUED_TURN = 1_000  # seeds of a sample continued after its n-th hand-back: as of turn n * this
 ENGINE_CHECK_S = 0.5  # how often agent groups look whether vLLM's engine process is still alive
 
 
@@ -156,6 +159,37 @@ def _retrieved(future: asyncio.Future) -> None:
         future.exception()
 
 
+@dataclasses.dataclass
+class _Requests:
+    """One running group's vLLM requests (to abort them) and whether the engine handed the group back."""
+
+    ids: list[str] = dataclasses.field(default_factory=list)
+    handed_back: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+
+async def _unless_handed_back(work: Awaitable, requests: _Requests):
+    """`work`'s result, or None once the group is handed back first (`work` is then cancelled)."""
+    task, stop = asyncio.ensure_future(work), asyncio.ensure_future(requests.handed_back.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return None
+
+
+def _not_begun(sample_index: int) -> Sample:
+    """A sample of a group handed back before it generated anything for it."""
+    return Sample(sample_index, "", [], [], ABORTED, None, None, output_versions=[])
+
+
+async def _kept(sample: Sample) -> Sample:
+    return sample
+
+
 class RolloutEngine:
     def __init__(
         self,
@@ -174,6 +208,7 @@ class RolloutEngine:
         self.engine_id = engine_id
         self.config = config
         self._request_ids = itertools.count()
+        self._running: dict[int, _Requests] = {}  # group id -> its requests, while it generates
         self._call_tool = call_tool
         self._gateway = None  # started by the first agent group
         self._gateway_start = asyncio.Lock()
@@ -228,63 +263,104 @@ class RolloutEngine:
         return fingerprint(self._llm.get_tokenizer())
 
     async def generate(self, request: GroupRequest) -> GroupResult:
-        """All `num_generations` samples of one group, stamped with the policy that made them. Raises
-        `WeightLoadFailedError` once a weight load failed part-way (before or while it runs)."""
+        """All `num_generations` samples of one group, stamped with the policy that made them; a group handed
+        back (`hand_back`) returns with the samples it has so far, those unfinished cut short ("abort"), and a
+        group given with its `progress` continues them (continuation.py). Raises `WeightLoadFailedError` once a
+        weight load failed part-way (before or while it runs)."""
         self.weights.loads.check()
         version = self.weights.policy_version
-        request_ids: list[str] = []
+        if request.progress is not None:
+            version = min(version, request.progress.policy_version)
+        requests = self._running[request.group_id] = _Requests()
         if request.agent:
-            work = self._agent_samples(request)
+            work = self._agent_samples(request, requests)
         elif request.tools:
-            work = self._tool_samples(request, request_ids)
+            work = self._tool_samples(request, requests)
+        elif request.progress is not None:
+            work = self._continued_samples(request, requests)
         else:
-            work = self._samples(request, request_ids)
+            work = self._samples(request, requests)
         try:
             samples = await asyncio.wait_for(self.weights.loads.unless_failed(work), self.config.request_timeout_s)
         except TimeoutError:
-            await self._llm.abort(request_ids)
+            await self._llm.abort(requests.ids)
             raise GroupTimeoutError(
                 f"engine {self.engine_id}: group {request.group_id} did not finish within "
                 f"rollout.request_timeout_s={self.config.request_timeout_s}s",
                 request.group_id,
             ) from None
+        finally:
+            if self._running.get(request.group_id) is requests:
+                del self._running[request.group_id]
         return GroupResult(group_id=request.group_id, engine_id=self.engine_id, policy_version=version, samples=samples)
 
-    async def _samples(self, request: GroupRequest, request_ids: list[str]) -> list[Sample]:
+    async def hand_back(self) -> None:
+        """Stop the running groups now (this engine stops serving: a drain, a scale-down): their vLLM requests
+        are aborted and each group returns at once with what it has (`generate`), to continue elsewhere."""
+        for requests in self._running.values():
+            requests.handed_back.set()
+        await self._llm.abort([request_id for requests in self._running.values() for request_id in requests.ids])
+
+    async def _samples(self, request: GroupRequest, requests: _Requests) -> list[Sample]:
         """Single-turn: one vLLM request with n = num_generations."""
         params = vllm_params(request.sampling, request.num_generations, request.group_id)
-        final = await self._final_output(request.prompt_ids, params, f"g{request.group_id}", request_ids)
+        final = await self._final_output(request.prompt_ids, params, f"g{request.group_id}", requests)
+        if final is None:
+            return [_not_begun(index) for index in range(request.num_generations)]
         return to_samples(final.outputs, self._eos_id, self._eos_text, request.sampling.top_logprobs)
 
-    async def _tool_samples(self, request: GroupRequest, request_ids: list[str]) -> list[Sample]:
-        """Multi-turn: every sample runs its own generate -> tool -> continue loop, all concurrently."""
+    async def _continued_samples(self, request: GroupRequest, requests: _Requests) -> list[Sample]:
+        """Single-turn, handed back unfinished: each sample cut short goes on from its last token, with what is
+        left of its budget; those that finished are kept as they are."""
+        sampling, progress = request.sampling, request.progress
+        decode = functools.partial(self.tokenizer().decode, skip_special_tokens=sampling.skip_special_tokens)
+
+        async def one(head: Sample) -> Sample:
+            left = tokens_left(head, sampling.max_tokens)
+            if not unfinished(head) or not left:
+                return head if not unfinished(head) else dataclasses.replace(head, finish_reason="length")
+            seed = turn_seed(sampling, request.group_id, head.sample_index, CONTINUED_TURN + progress.handed_back)
+            name = f"g{request.group_id}-s{head.sample_index}-c{progress.handed_back}"
+            final = await self._final_output(
+                request.prompt_ids + head.completion_ids, continue_params(sampling, left, seed), name, requests
+            )
+            if final is None:
+                return head
+            tail = to_samples(final.outputs, self._eos_id, self._eos_text, sampling.top_logprobs)[0]
+            eos = (self._eos_id, self._eos_text)
+            return joined(head, tail, decode, eos, list(sampling.stop), sampling.include_stop_str_in_output)
+
+        return list(await asyncio.gather(*(one(head) for head in progress.samples)))
+
+    async def _tool_samples(self, request: GroupRequest, requests: _Requests) -> list[Sample]:
+        """Multi-turn: every sample runs its own generate -> tool -> continue loop, all concurrently; a group
+        handed back unfinished resumes each unfinished sample's loop where it stopped (multi_turn.py)."""
         use = request.tools
         vocabulary = self._vocabulary(use)
+        handed_back = request.progress.handed_back if request.progress is not None else 0
 
         def generate_turn(sample_index: int):
             async def turn(context_ids: list[int], max_tokens: int, turn_index: int):
-                seed = turn_seed(request.sampling, request.group_id, sample_index, turn_index)
+                seed = turn_seed(request.sampling, request.group_id, sample_index, turn_index + CONTINUED_TURN * handed_back)
                 params = turn_params(request.sampling, use, max_tokens, seed, list(vocabulary.end_tag_ids))
-                name = f"g{request.group_id}-s{sample_index}-t{turn_index}"
-                return to_turn((await self._final_output(context_ids, params, name, request_ids)).outputs[0])
+                name = f"g{request.group_id}-s{sample_index}-t{turn_index}-c{handed_back}"
+                final = await self._final_output(context_ids, params, name, requests)
+                return to_turn(final.outputs[0]) if final is not None else Turn([], "", [], ABORTED, None, [])
 
             return turn
 
         context = {"prompt": request.prompt, "group_id": request.group_id}
+        heads = request.progress.samples if request.progress is not None else [None] * request.num_generations
+        run = functools.partial(run_sample, budget=request.sampling.max_tokens, use=use, vocabulary=vocabulary)
         samples = [
             asyncio.ensure_future(
-                run_sample(
-                    i,
-                    request.prompt_ids,
-                    request.sampling.max_tokens,
-                    use,
-                    vocabulary,
-                    generate_turn(i),
-                    self._call_tool,
-                    context,
+                run(
+                    i, request.prompt_ids, generate_turn=generate_turn(i), call_tool=self._call_tool, context=context, resume=head
                 )
             )
-            for i in range(request.num_generations)
+            if head is None or unfinished(head)
+            else asyncio.ensure_future(_kept(head))
+            for i, head in enumerate(heads)
         ]
         try:
             return list(await asyncio.gather(*samples))
@@ -293,9 +369,11 @@ class RolloutEngine:
                 sample.cancel()
             raise
 
-    async def _agent_samples(self, request: GroupRequest) -> list[Sample]:
+    async def _agent_samples(self, request: GroupRequest, requests: _Requests) -> list[Sample]:
         """Agent groups: the user's function runs one session per sample (workers/agents/), all at once;
-        each session's recorded calls become its sample, or one per segment when its history was rewritten."""
+        each session's recorded calls become its sample, or one per segment when its history was rewritten.
+        Handed back, the sessions stop and the group returns with no sample begun: a session's state lives in
+        the user's code, so it starts again elsewhere."""
         from workers.agents.trajectory import session_samples
 
         use = request.agent
@@ -316,10 +394,13 @@ class RolloutEngine:
                 gateway.close(key)  # its agent is done: a later call (a task it left behind) is refused, never recorded
 
         try:
-            outcomes = await while_alive(self._llm, asyncio.gather(*(session(key, token) for key, token in zip(keys, tokens))))
+            sessions_done = while_alive(self._llm, asyncio.gather(*(session(key, token) for key, token in zip(keys, tokens))))
+            outcomes = await _unless_handed_back(sessions_done, requests)
         finally:
             for key in keys:
                 gateway.close(key)
+        if outcomes is None:
+            return [_not_begun(index) for index in range(request.num_generations)]
         decode = functools.partial(self.tokenizer().decode, skip_special_tokens=False)
         split = use.config.on_prefix_mismatch == "split"
         samples = []
@@ -357,9 +438,13 @@ class RolloutEngine:
             end_tag_ids={ids[0]: name for name, ids in end_tags.items() if len(ids) == 1},
         )
 
-    async def _final_output(self, prompt_ids: list[int], params, name: str, request_ids: list[str]):
+    async def _final_output(self, prompt_ids: list[int], params, name: str, requests: _Requests):
+        """The request's final output (cut short, finish_reason "abort", when the group is handed back while
+        it runs), or None when the group was handed back before it began."""
+        if requests.handed_back.is_set():
+            return None
         request_id = f"e{self.engine_id}-{name}-{next(self._request_ids)}"
-        request_ids.append(request_id)
+        requests.ids.append(request_id)
         final = None
         prompt = {"prompt_token_ids": prompt_ids, "cache_salt": cache_salt(self.weights.policy_version)}
         async for output in self._llm.generate(prompt, params, request_id, lora_request=self.weights.lora):

@@ -13,7 +13,9 @@ arrive before the engine runs dry), and otherwise `linger_s` after the first one
 engines run the same one, and its tests need no Ray.
 
 At the end of a batch the driver takes back the queued groups (`withdraw`) and sends them to the
-engines that have room, so no engine is left with a queue while another idles.
+engines that have room, so no engine is left with a queue while another idles. An engine that stops
+serving mid-batch gives back its queue and stops its running groups too (`hand_back`): they come back
+at once with what they generated so far, to continue on other engines (continuation.py).
 
 Each driver call of `generate` is a batch with its own number. Groups of an older batch (one the
 driver gave up on: an error, an interrupted step) are cancelled when a new batch arrives, so they
@@ -37,10 +39,17 @@ class Collected:
 
 
 class GroupQueue:
-    def __init__(self, run: Callable[[GroupRequest], Awaitable[GroupResult]], capacity: int):
+    def __init__(
+        self,
+        run: Callable[[GroupRequest], Awaitable[GroupResult]],
+        capacity: int,
+        stop_running: Callable[[], Awaitable[None]] | None = None,
+    ):
         """`run(request)` generates one group; at most `capacity` samples run at once (an idle engine
-        always starts the next group, however large)."""
+        always starts the next group, however large). `stop_running()` makes the running groups return at
+        once with what they have (`hand_back`; None: they finish)."""
         self._run = run
+        self._stop_running = stop_running
         self.capacity = capacity
         self._batch: int | None = None
         self._queued: collections.deque[GroupRequest] = collections.deque()
@@ -71,6 +80,14 @@ class GroupQueue:
         self._queued.clear()
         self._eager = True
         self._changed.set()
+        return taken
+
+    async def hand_back(self, batch: int) -> list[GroupRequest]:
+        """The engine stops serving (a drain, a scale-down): give back the queued groups, as `withdraw`, and
+        stop the running ones, which come back through `collect` with their samples so far."""
+        taken = self.withdraw(batch)
+        if batch == self._batch and self._running and self._stop_running is not None:
+            await self._stop_running()
         return taken
 
     async def collect(self, batch: int, linger_s: float, refill_at: int | None) -> Collected:

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 
 from orchestrator.contracts.groups import Sample, ToolCall
 from orchestrator.contracts.tools import ToolConfig, ToolUse
+from workers.rollout.continuation import ABORTED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Turn:
     token_ids: list[int]
     text: str
     logprobs: list[float]
-    finish_reason: str  # "stop" or "length"
+    finish_reason: str  # "stop", "length", or "abort" (cut short: the engine stopped serving)
     stop_reason: str | int | None  # vLLM's: the stop string, the stop token id, or None (EOS / length)
     versions: list[int] | None = None  # the policy version of each token (None: unlabelled)
 
@@ -86,50 +87,99 @@ async def run_sample(
     generate_turn: GenerateTurn,
     call_tool: CallTool,
     context: dict,
+    resume: Sample | None = None,
 ) -> Sample:
-    tokens = _Tokens()
-    text = ""
-    calls: list[ToolCall] = []
-    turns = 0
-    finish_reason, stop_reason, stop_token_id = "length", None, None
-    while turns < use.max_turns and len(tokens.ids) < budget:
-        turn = await generate_turn(prompt_ids + tokens.ids, budget - len(tokens.ids), turns)
-        turns += 1
-        tokens.add_turn(turn)
-        finish_reason, stop_reason, stop_token_id = _ending(turn)
+    """One sample's loop. A turn the engine cut short (finish_reason "abort": it stopped serving) ends the
+    loop with the sample so far, finish_reason "abort"; given back as `resume`, the loop goes on from there
+    on another engine (continuation.py): its tokens, masks, tool calls and turns as they were, and a turn
+    cut short continues from its last token as the same turn."""
+    loop = _Loop.resumed(resume) if resume is not None else _Loop()
+    ending: tuple[str, str | None, int | None] = ("length", None, None)
+    while True:
+        prior = loop.cut_short_turn(vocabulary)  # the turn to continue, or None: a new one
+        if len(loop.tokens.ids) >= budget or (prior is None and loop.turns >= use.max_turns):
+            break
+        if prior is None:
+            loop.turns += 1
+        new = await generate_turn(prompt_ids + loop.tokens.ids, budget - len(loop.tokens.ids), loop.turns - 1)
+        loop.tokens.add_turn(new)
+        if new.finish_reason == ABORTED:
+            if prior is None and not new.token_ids:  # a turn that never began
+                loop.turns -= 1
+            loop.text += new.text
+            return loop.sample(sample_index, (ABORTED, None, None))
+        turn = new if prior is None else _whole(prior, new)
+        ending = _ending(turn)
         tool = _closed_call(turn, use.tools, vocabulary)
-        if tool is None and _ended_at_eos(turn, vocabulary):
-            text += _without_eos(turn.text, vocabulary.eos_text)
-        else:
-            text += turn.text
-        if tool is None or turns == use.max_turns:
+        loop.text += _without_eos(new.text, vocabulary.eos_text) if tool is None and _ended_at_eos(new, vocabulary) else new.text
+        if tool is None or loop.turns == use.max_turns:
             break
         call_text = _call_text(turn.text, tool)
-        if call_text is None or len(tokens.ids) >= budget:  # not a call, or no room left for its result
+        if call_text is None or len(loop.tokens.ids) >= budget:  # not a call, or no room left for its result
             break
         result, status, latency = await call_tool(
-            use, tool, call_text, {**context, "sample_index": sample_index, "turn": turns - 1}
+            use, tool, call_text, {**context, "sample_index": sample_index, "turn": loop.turns - 1}
         )
         if status != "ok":
             result = use.error_observation.replace("{error}", result)
-        observation, seen = _observation(tool, result, use.max_observation_tokens, budget - len(tokens.ids), vocabulary)
-        calls.append(ToolCall(name=tool.name, call=call_text, result=seen, status=status, latency_s=latency))
-        tokens.add_observation(observation)
-        text += vocabulary.decode(observation)
-        finish_reason, stop_reason, stop_token_id = "length", None, None  # until a later turn ends otherwise
-    return Sample(
-        sample_index=sample_index,
-        completion=text,
-        completion_ids=tokens.ids,
-        logprobs=tokens.logprobs,
-        finish_reason=finish_reason,
-        stop_reason=stop_reason,
-        stop_token_id=stop_token_id,
-        tool_mask=tokens.mask,
-        turns=turns,
-        tool_calls=calls,
-        output_versions=tokens.versions,
-    )
+        observation, seen = _observation(tool, result, use.max_observation_tokens, budget - len(loop.tokens.ids), vocabulary)
+        loop.calls.append(ToolCall(name=tool.name, call=call_text, result=seen, status=status, latency_s=latency))
+        loop.tokens.add_observation(observation)
+        loop.text += vocabulary.decode(observation)
+        ending = ("length", None, None)  # until a later turn ends otherwise
+    return loop.sample(sample_index, ending)
+
+
+@dataclasses.dataclass
+class _Loop:
+    """Where a sample's loop stands: its completion so far, its text, its tool calls and its turns begun."""
+
+    tokens: _Tokens = dataclasses.field(default_factory=_Tokens)
+    text: str = ""
+    calls: list[ToolCall] = dataclasses.field(default_factory=list)
+    turns: int = 0
+    cut_short: bool = False  # the last turn was cut short and goes on next
+
+    @classmethod
+    def resumed(cls, sample: Sample) -> _Loop:
+        mask = list(sample.tool_mask or [1] * len(sample.completion_ids))
+        tokens = _Tokens(list(sample.completion_ids), list(sample.logprobs), mask, _copy(sample.output_versions))
+        return cls(tokens, sample.completion, list(sample.tool_calls), sample.turns, cut_short=bool(mask) and mask[-1] == 1)
+
+    def cut_short_turn(self, vocabulary: Vocabulary) -> Turn | None:
+        """The model's tokens of the turn that was cut short (after the last observation), once."""
+        if not self.cut_short:
+            return None
+        self.cut_short = False
+        mask = self.tokens.mask
+        begin = len(mask) - next((i for i, m in enumerate(reversed(mask)) if m == 0), len(mask))
+        ids = self.tokens.ids[begin:]
+        return Turn(ids, vocabulary.decode(ids), [], ABORTED, None)
+
+    def sample(self, sample_index: int, ending: tuple[str, str | None, int | None]) -> Sample:
+        finish_reason, stop_reason, stop_token_id = ending
+        return Sample(
+            sample_index=sample_index,
+            completion=self.text,
+            completion_ids=self.tokens.ids,
+            logprobs=self.tokens.logprobs,
+            finish_reason=finish_reason,
+            stop_reason=stop_reason,
+            stop_token_id=stop_token_id,
+            tool_mask=self.tokens.mask,
+            turns=self.turns,
+            tool_calls=self.calls,
+            output_versions=self.tokens.versions,
+        )
+
+
+def _copy(versions: list[int] | None) -> list[int] | None:
+    return None if versions is None else list(versions)
+
+
+def _whole(prior: Turn, new: Turn) -> Turn:
+    """A turn that was cut short, and the rest of it generated elsewhere, as one turn (for reading its call)."""
+    return dataclasses.replace(new, token_ids=prior.token_ids + new.token_ids, text=prior.text + new.text)
 
 
 def _ending(turn: Turn) -> tuple[str, str | None, int | None]:

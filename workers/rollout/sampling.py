@@ -22,6 +22,11 @@ def vllm_params(sampling: SamplingConfig, n: int, group_id: int):
     )
 
 
+def continue_params(sampling: SamplingConfig, max_tokens: int, seed: int | None):
+    """One sample continued from its last token on another engine (continuation.py): what is left of its budget."""
+    return _params(sampling, 1, seed, max_tokens, sampling.stop, sampling.stop_token_ids, sampling.include_stop_str_in_output)
+
+
 def turn_params(sampling: SamplingConfig, use: ToolUse, max_tokens: int, seed: int | None, end_tag_ids: list[int]):
     """One turn of one multi-turn sample: the user's sampling plus a stop at every tool's end tag
     (by token id where the tag is one token), kept in the output so the call can be read."""

@@ -1,7 +1,8 @@
 """`Dispatch` (one `RolloutPool.generate` call) on fake engines, without Ray: every group comes back
 once, queues are taken back at the tail, a dead engine's groups go to the others, a group that kills
 every engine it is on fails by name, a user error from an engine is raised as itself, and an engine that
-loses groups stops the batch."""
+loses groups stops the batch; an engine that stops serving hands back the groups it runs, cut short, and
+they continue on the others."""
 
 import concurrent.futures
 import threading
@@ -10,9 +11,10 @@ import pytest
 import ray
 
 from orchestrator.contracts.errors import UserError
-from orchestrator.contracts.groups import GroupRequest, GroupResult
+from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
+from orchestrator.rollout.continued import Rework
 from orchestrator.rollout.dispatch import Dispatch
 from orchestrator.rollout.fleet import EngineFailedError
 from orchestrator.rollout.poison import GroupDeaths
@@ -56,10 +58,12 @@ class FakeEngine:
         self.queued: list[GroupRequest] = []
         self.seen: list[int] = []  # group ids taken, in order
         self.withdrawn: list[int] = []  # group ids given back
+        self.progress: dict[int, object] = {}  # group id -> the progress it came with
+        self.cut_short = False  # handed back: the groups it runs come back unfinished
         self._lock = threading.Lock()
 
     def __getattr__(self, name):
-        if name in ("exchange", "submit", "withdraw", "responsive"):
+        if name in ("exchange", "submit", "withdraw", "hand_back", "responsive"):
             return _Method(self, "_" + name)
         raise AttributeError(name)
 
@@ -78,13 +82,21 @@ class FakeEngine:
             if self.lose:
                 return Collected([], 0)
             finished, self.queued = self.queued[: self.per_call], self.queued[self.per_call :]
-            return Collected([GroupResult(r.group_id, self.engine_id, 0, []) for r in finished], len(self.queued))
+            return Collected([GroupResult(r.group_id, self.engine_id, 0, self._samples(r)) for r in finished], len(self.queued))
+
+    def _samples(self, request: GroupRequest) -> list[Sample]:
+        """None for a group generated to the end (the fakes carry no samples); two tokens each, cut short, for
+        a group running when the engine was handed back."""
+        if not self.cut_short:
+            return []
+        return [Sample(i, "ab", [5, 6], [-0.1, -0.2], "abort", None, None) for i in range(request.num_generations)]
 
     def _submit(self, batch, requests):
         with self._lock:
             self.queued += requests
             self.together.append({request.group_id for request in self.queued})
             self.seen += [request.group_id for request in requests]
+            self.progress.update({request.group_id: request.progress for request in requests})
         return _done()
 
     def _withdraw(self, batch):
@@ -92,6 +104,10 @@ class FakeEngine:
             taken, self.queued = self.queued[self.per_call :], self.queued[: self.per_call]
             self.withdrawn += [request.group_id for request in taken]
         return _done(taken)
+
+    def _hand_back(self, batch):
+        self.cut_short = True
+        return self._withdraw(batch)
 
     def _responsive(self, batch, timeout_s):
         return _done(True)
@@ -180,10 +196,25 @@ def test_a_group_that_kills_every_engine_it_is_on_fails_by_name_and_spends_no_mo
     assert [result.group_id for result in again if result.samples] == [3] and 3 not in fresh.seen  # failed at once
 
 
-def test_an_engine_on_a_draining_node_hands_back_its_queued_groups_and_takes_no_more():
+def test_an_engine_on_a_draining_node_hands_back_what_it_runs_cut_short_and_other_engines_continue_it():
     leaving = FakeEngine(0, per_call=1, delay_s=0.2)  # generates one group at a time: the rest wait queued
     staying = FakeEngine(1)
     engines = FakeEngines([leaving, staying], leaving={0}, max_inflight_samples=4, max_queued_samples=12)
+    rework = Rework()
+    results = Dispatch(engines, _requests(12), batch=0, rework=rework).run()
+    assert sorted(result.group_id for result in results) == list(range(12))  # each once
+    assert {result.engine_id for result in results} == {1} and engines.draining == {0}  # it finished nothing itself
+    (running,) = set(leaving.seen) - set(leaving.withdrawn)  # the group it had begun when the drain came
+    progress = staying.progress[running]
+    assert progress.handed_back == 1 and [s.completion_ids for s in progress.samples] == [[5, 6]] * 4
+    assert rework.counts == {"samples_continued": 4, "tokens_continued": 8}
+    assert set(leaving.withdrawn) <= set(staying.seen) and all(staying.progress[g] is None for g in leaving.withdrawn)
+
+
+def test_without_continuation_a_draining_engine_hands_back_its_queued_groups_and_finishes_the_rest():
+    leaving = FakeEngine(0, per_call=1, delay_s=0.2)
+    staying = FakeEngine(1)
+    engines = FakeEngines([leaving, staying], leaving={0}, max_inflight_samples=4, max_queued_samples=12, continuation=False)
     results = Dispatch(engines, _requests(12), batch=0).run()
     assert sorted(result.group_id for result in results) == list(range(12))  # each once
     assert leaving.withdrawn and set(leaving.withdrawn) <= set(staying.seen)

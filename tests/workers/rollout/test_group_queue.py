@@ -190,3 +190,26 @@ def test_a_late_call_of_an_older_batch_changes_nothing():
         await engine.finish_all()
 
     asyncio.run(main())
+
+
+def test_hand_back_gives_back_the_queue_stops_the_running_groups_and_their_results_come_at_once():
+    async def main():
+        engine = FakeEngine()
+        stopped = []
+
+        async def stop_running():  # the engine aborts its requests: each running group returns what it has
+            stopped.append(sorted(engine.release))
+            await engine.finish_all()
+
+        queue = GroupQueue(engine.run, capacity=8, stop_running=stop_running)
+        queue.submit(0, [_request(i) for i in range(4)])
+        await _settle()
+        collecting = asyncio.ensure_future(queue.collect(0, linger_s=60.0, refill_at=None))
+        taken = await queue.hand_back(0)
+        assert [request.group_id for request in taken] == [2, 3] and stopped == [[0, 1]]
+        collected = await asyncio.wait_for(collecting, 1.0)  # no lingering: the engine is leaving
+        assert sorted(result.group_id for result in collected.results) == [0, 1] and collected.held == 0
+        assert await queue.hand_back(0) == [] and stopped == [[0, 1]]  # nothing runs: nothing to stop
+        assert await queue.hand_back(-1) == []  # an older batch's call changes nothing
+
+    asyncio.run(main())
