@@ -82,7 +82,8 @@ def _scale_parser(commands) -> None:
         "scale",
         help="grow or shrink a running train run's rollout pool",
         description="Ask a running train run to use N rollout engines from its next step on: new engines get the "
-        "canonical tokenizer and the current weights before they serve; removed engines finish their groups first.",
+        "canonical tokenizer and the current weights before they serve; removed engines stop at once and hand their "
+        "groups, cut short, to the others to continue (rollout.continuation).",
     )
     p.add_argument("run_dir", help="the output_dir of the running train run")
     p.add_argument("--engines", type=int, required=True, help="the number of rollout engines wanted")

@@ -15,7 +15,16 @@ The state of the batch lives here, and each thing that can happen to it is one m
     died(engine, e)   an engine is gone: its groups go back to the front of the queue, those that kept
                       killing engines fail by name (poison.py)
 
-`run()` repeats them until every group has a result. Groups go out in batches and come back in
+`run()` repeats them until every group has a result. Between any two of them these hold (`problems()`
+checks them; the unit tests call it as results arrive):
+
+    - each group is in one place: waiting (`pending`), on one engine (`held`), or done (`results`);
+    - `holding` counts the groups on engines, and the dispatcher's load of an engine is the samples it holds;
+    - every engine that holds groups is serving or draining; each has at most one `exchange` waiting
+      (`calling`), and `side_calls` counts its other calls under way;
+    - a group handed back unfinished carries one sample so far per sample index (continued.py).
+
+Groups go out in batches and come back in
 batches (workers/rollout/group_queue.py): each engine has at most one call waiting, `exchange`,
 which carries the groups picked for it and returns with the groups it finished. Each call's future
 reports to one queue as it resolves, so what the loop does per result does not grow with the
@@ -298,6 +307,35 @@ class Dispatch:
         if mine and not collected.results and not collected.held and not self.side_calls[engine_id]:
             raise RuntimeError(f"engine {engine_id} holds none of the {len(mine)} group(s) the driver gave it")
         self.returned.add(engine_id)
+
+
+def problems(dispatch: Dispatch) -> list[str]:
+    """The invariants in the module docstring that do not hold for `dispatch` (none: [])."""
+    found = []
+    where = collections.Counter(r.group_id for r in dispatch.pending)
+    where.update(group_id for groups in dispatch.held.values() for group_id in groups)
+    where.update(result.group_id for result in dispatch.results)
+    found += [f"group {group_id} is in {count} places" for group_id, count in where.items() if count > 1]
+    if dispatch.holding != sum(len(groups) for groups in dispatch.held.values()):
+        found.append(f"holding is {dispatch.holding}, engines hold {sum(len(g) for g in dispatch.held.values())} groups")
+    for engine_id, groups in dispatch.held.items():
+        if groups and engine_id not in dispatch.engines.actors:
+            found.append(f"engine {engine_id} holds {len(groups)} group(s) but does not serve")
+        held = sum(request.num_generations for request in groups.values())
+        if dispatch.dispatcher.load.get(engine_id, held) != held:
+            found.append(f"engine {engine_id} holds {held} samples, the dispatcher counts {dispatch.dispatcher.load[engine_id]}")
+    exchanges = collections.Counter(engine_id for engine_id, method in dispatch.calls.values() if method == "exchange")
+    if set(exchanges) != dispatch.calling or any(count > 1 for count in exchanges.values()):
+        found.append(f"exchanges waiting {dict(exchanges)}, calling {sorted(dispatch.calling)}")
+    side = collections.Counter(engine_id for engine_id, method in dispatch.calls.values() if method != "exchange")
+    if +dispatch.side_calls != side:
+        found.append(f"other calls under way {dict(side)}, counted {dict(+dispatch.side_calls)}")
+    for request in [*dispatch.pending, *(r for groups in dispatch.held.values() for r in groups.values())]:
+        if request.progress is not None and [s.sample_index for s in request.progress.samples] != list(
+            range(request.num_generations)
+        ):
+            found.append(f"group {request.group_id} was handed back without one sample per index")
+    return found
 
 
 def _take_all(finished: queue.SimpleQueue, timeout: float) -> list:

@@ -1,10 +1,12 @@
 """`EngineFleet`: the rollout engines' lifecycle. Start, admit, replace, resize, drain, stop.
 
 Every engine is a Ray actor (or a simulated stand-in) started by a launcher (launcher.py) in its
-own placement group, or colocated in a learner worker's bundle (placement/colocation.py). An engine is *admitted*, and only then serves, once the fingerprint of the
+own placement group, or colocated in a learner worker's bundle (placement/colocation.py), and one
+record with one lifecycle state (lifecycle.py: starting, serving, draining, stopping, gone). An engine
+is *admitted*, and only then serves, once the fingerprint of the
 tokenizer its vLLM loaded equals the canonical one and `on_engine_ready` (the training loop: load
 the current weights) has run. A dead engine is dropped and replaced in the background, up to
-`rollout.max_restarts`; resizing adds engines or drains the newest ones, which finish their groups
+`rollout.max_restarts`; resizing adds engines or drains the newest ones, which hand their groups back
 first. What runs on the engines is the pool's business (pool.py); this file only keeps the set.
 A killed engine's processes leave shared memory behind; it is removed on the engine's node
 (`launcher.clean_up`), so replacing engines for days does not fill /dev/shm.
@@ -12,11 +14,10 @@ A killed engine's processes leave shared memory behind; it is removed on the eng
 
 from __future__ import annotations
 
-import dataclasses
+import math
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from orchestrator.contracts.engine_death import reason
 from orchestrator.contracts.errors import LearnerDiedError, RunError, UserError
@@ -28,10 +29,7 @@ from orchestrator.placement.labels import ROLE_LABEL, ROLLOUT_RESOURCE, ROLLOUT_
 from orchestrator.rollout.collector import freeze_startup_objects, unfreeze
 from orchestrator.rollout.cpu_cores import CoreSlots
 from orchestrator.rollout.launcher import CLEAN_UP_TIMEOUT_S, ActorLauncher, EngineLauncher
-
-if TYPE_CHECKING:
-    from ray import ObjectRef
-    from ray.actor import ActorHandle
+from orchestrator.rollout.lifecycle import Engine, EngineRecords, Life
 
 STOP_TIMEOUT_S = 30.0  # an engine told to stop gets this long to close its vLLM engine, then is killed
 CLEAN_UP_WAIT_S = CLEAN_UP_TIMEOUT_S + 30  # a clean-up task may first wait for a Ray worker to run it
@@ -43,20 +41,6 @@ class TokenizerMismatchError(UserError):
 
 class EngineFailedError(RunError):
     """Engines failed to start, or none is left to generate."""
-
-
-@dataclasses.dataclass
-class _Stopping:
-    actor: ActorHandle
-    closing: ObjectRef  # of RolloutWorker.shutdown()
-    deadline: float
-
-
-@dataclasses.dataclass
-class _Starting:
-    actor: ActorHandle
-    ready: ObjectRef  # of RolloutWorker.start()
-    deadline: float
 
 
 class EngineFleet:
@@ -91,22 +75,32 @@ class EngineFleet:
         self.name = name
         self.expected = fingerprint(tokenizer)
         self.bundle = engine_files or bundle_tokenizer(tokenizer)
-        self.actors: dict[int, object] = {}  # serving engines only
-        self.starting: dict[int, _Starting] = {}
+        self.records = EngineRecords()  # every engine not gone, each in one state (lifecycle.py)
         self.restarts = 0
         self.drained = 0  # engines taken out of service because Ray was draining their node
-        self.nodes: dict[int, str] = {}  # serving engine id -> the Ray node it runs on, where known
         self.on_engine_ready: Callable[[int, object], None] | None = None  # set by training: sync weights
         self._next_id = 0
         self._bundle_ref = None
-        self._groups: dict[int, object] = {}  # engine id -> its placement group (None locally)
         self.colocation = colocation
-        self._slots: dict[int, int] = {}  # colocated: engine id -> the colocation bundle it sits in
-        self.draining: set[int] = set()  # engines that take no new groups and stop once idle
-        self.stopping: dict[int, _Stopping] = {}  # engines out of service, closing their vLLM engine
-        self._leftovers: dict[int, object] = {}  # engine id -> what killing it leaves on its node (launcher.leftovers)
         self._cores = _core_slots(cluster, config, learner_cores)  # CPU engines of a one-node cluster: whose cores are whose
         self._clean_ups: list = []  # ObjectRefs of clean-ups still running (launcher.clean_up)
+
+    @property
+    def actors(self) -> dict[int, object]:
+        """The engines that hold or take groups (serving or draining): engine id -> actor. Read only."""
+        return self.records.actors
+
+    @property
+    def starting(self):
+        return self.records.in_state(Life.STARTING)
+
+    @property
+    def draining(self):
+        return self.records.in_state(Life.DRAINING).keys()
+
+    @property
+    def stopping(self):
+        return self.records.in_state(Life.STOPPING)
 
     def size_for(self, model_config: dict, samples_in_flight: int, tokens_per_sample: int) -> None:
         """Size each engine for the run's work, unless the user set these. Its context (`max_model_len`):
@@ -166,7 +160,7 @@ class EngineFleet:
     def add_engine(self) -> int:
         """Start one more engine in the background; it serves once ready and synced."""
         engine_id, self._next_id = self._next_id, self._next_id + 1
-        options, config = self._placed(engine_id), self.config
+        (options, group, slot), config = self._placed(engine_id), self.config
         if self.colocation is not None:  # vLLM takes its share of the GPU's memory, the learner the rest
             config = config.model_copy(update={"gpu_memory_utilization": self.colocation.share})
         if self._cores is not None:
@@ -177,27 +171,26 @@ class EngineFleet:
             engine_id, self.model, self._bundle_ref, config, self.cluster.device, self.seed + engine_id, options
         )
         deadline = time.monotonic() + self.config.startup_timeout_s
-        self.starting[engine_id] = _Starting(actor, actor.start.remote(), deadline)
+        self.records.add(
+            Engine(engine_id, actor, waiting=actor.start.remote(), deadline=deadline, placement_group=group, slot=slot)
+        )
         return engine_id
 
-    def _placed(self, engine_id: int) -> dict:
-        """The new engine's actor options: its own placement group (kept in `_groups`), or a free slot of
-        the colocation. Never blocks (a replacement must not stall generation): an engine that finds no
+    def _placed(self, engine_id: int) -> tuple[dict, object, int | None]:
+        """The new engine's actor options, with its own placement group (None locally), or with a free slot
+        of the colocation. Never blocks (a replacement must not stall generation): an engine that finds no
         node misses its start deadline and the pool goes on without it."""
         if self.colocation is None:
             gpus = self.config.tensor_parallel_size if self.cluster.device == "cuda" else 0
-            options, self._groups[engine_id] = self.cluster.placement.actor_options(
-                ROLLOUT_ROLE, self.config.num_cpus_per_engine, gpus, None
-            )
-            return options
-        free = sorted(set(range(self.colocation.slots)) - set(self._slots.values()))
+            options, group = self.cluster.placement.actor_options(ROLLOUT_ROLE, self.config.num_cpus_per_engine, gpus, None)
+            return options, group, None
+        free = sorted(set(range(self.colocation.slots)) - {engine.slot for engine in self.records})
         if not free:
             raise UserError(
                 f"vllm_mode: colocate has room for {self.colocation.slots} engine(s), one per learner worker's GPU; "
                 "more engines need vllm_mode: server"
             )
-        self._slots[engine_id] = free[0]
-        return self.colocation.engine_options(free[0])
+        return self.colocation.engine_options(free[0]), None, free[0]
 
     def admit_ready(self, block: bool, strict: bool = False) -> list[int]:
         """Admit engines that finished starting. `block` waits until one is admitted (with `strict`,
@@ -207,17 +200,15 @@ class EngineFleet:
 
         admitted = []
         while self.starting:
-            refs = {entry.ready: engine_id for engine_id, entry in self.starting.items()}
-            timeout = max(0.0, min(e.deadline for e in self.starting.values()) - time.monotonic()) if block else 0
+            refs = {engine.waiting: engine for engine in self.starting.values()}
+            timeout = max(0.0, min(e.deadline for e in refs.values()) - time.monotonic()) if block else 0
             done, _ = ray.wait(list(refs), num_returns=1 if block else len(refs), timeout=timeout)
             for ref in done:
-                engine_id = refs[ref]
-                if self._admit(engine_id, self.starting.pop(engine_id), strict):
-                    admitted.append(engine_id)
-            for engine_id, entry in list(self.starting.items()):
-                if time.monotonic() > entry.deadline:
-                    del self.starting[engine_id]
-                    self.kill(engine_id, entry.actor)
+                if self._admit(refs[ref], strict):
+                    admitted.append(refs[ref].engine_id)
+            for engine_id, engine in list(self.starting.items()):
+                if time.monotonic() > engine.deadline:
+                    self.kill(engine_id)
                     self._fail_or_warn(
                         strict,
                         f"engine {engine_id} did not start within rollout.startup_timeout_s={self.config.startup_timeout_s}s "
@@ -238,35 +229,34 @@ class EngineFleet:
             f"{ROLLOUT_RESOURCE} resource) and free resources up?"
         )
 
-    def _admit(self, engine_id: int, entry: _Starting, strict: bool) -> bool:
+    def _admit(self, engine: Engine, strict: bool) -> bool:
+        """Serve `engine`, which finished starting, once checked and synced; else it is killed."""
         import ray
 
+        engine_id = engine.engine_id
         try:
-            reported = ray.get(entry.ready)
+            reported = ray.get(engine.waiting)
         except ray.exceptions.RayError as error:
-            self.kill(engine_id, entry.actor)
+            self.kill(engine_id)
             # One line: the root cause vLLM's processes logged (workers/rollout/start_failure.py).
             self._fail_or_warn(strict, f"engine {engine_id} failed to start: {reason(error)}")
             return False
         try:
-            self._leftovers[engine_id] = self.launcher.leftovers(entry.actor)
+            engine.leftovers = self.launcher.leftovers(engine.actor)
         except ray.exceptions.RayError:
             pass  # it died just now: its next call fails and it is replaced then
-        else:
-            if (node := self.launcher.node(self._leftovers[engine_id])) is not None:
-                self.nodes[engine_id] = node
         problems = differences(self.expected, reported)
         if problems:
-            self.kill(engine_id, entry.actor)
+            self.kill(engine_id)
             raise TokenizerMismatchError(
                 "rollout engines loaded a tokenizer that differs from the canonical one; refusing to generate:\n  "
                 + "\n  ".join(f"engine {engine_id}: {line}" for line in problems)
             )
         if self.on_engine_ready is not None:
             try:
-                self.on_engine_ready(engine_id, entry.actor)  # current weights before the first request
+                self.on_engine_ready(engine_id, engine.actor)  # current weights before the first request
             except Exception as error:
-                self.kill(engine_id, entry.actor)
+                self.kill(engine_id)
                 if isinstance(error, LearnerDiedError):
                     # The learner is dead or stuck, not this engine: a successor (not counted as a restart)
                     # loads the weights of the learner that replaces it, so the pool keeps its size.
@@ -274,7 +264,9 @@ class EngineFleet:
                     raise
                 self._fail_or_warn(strict, f"engine {engine_id} could not load the current weights: {reason(error)}")
                 return False
-        self.actors[engine_id] = entry.actor
+        self.records.move(engine_id, Life.SERVING)
+        engine.waiting, engine.deadline = None, math.inf
+        engine.node = None if engine.leftovers is None else self.launcher.node(engine.leftovers)
         return True
 
     def _fail_or_warn(self, strict: bool, message: str) -> None:
@@ -284,12 +276,11 @@ class EngineFleet:
 
     def engine_died(self, engine_id: int, error: BaseException) -> None:
         """Drop a dead engine and start its replacement (which serves once ready and synced)."""
-        actor = self.actors.pop(engine_id, None)
-        if actor is None:
+        engine = self.records.get(engine_id)
+        if engine is None or engine.life not in (Life.SERVING, Life.DRAINING):
             return  # already handled for another of its groups
-        self.kill(engine_id, actor)
-        if engine_id in self.draining:  # it was leaving anyway
-            self.draining.discard(engine_id)
+        self.kill(engine_id)
+        if engine.life is Life.DRAINING:  # it was leaving anyway
             return
         if self.restarts >= self.config.max_restarts:
             log.warning(f"engine {engine_id} died ({reason(error)}); rollout.max_restarts reached, not replacing it")
@@ -307,26 +298,27 @@ class EngineFleet:
         and a replacement starts now, which Ray places on a node not draining. Returns those drained now."""
         from orchestrator.placement.placement import draining_nodes
 
-        if not self.nodes or self.colocation is not None:  # colocated: the pair's bundle goes with its node (loop.py)
-            return []
+        serving = self.records.in_state(Life.SERVING)
+        if self.colocation is not None or not any(engine.node for engine in serving.values()):
+            return []  # colocated: the pair's bundle goes with its node (loop.py)
         leaving = draining_nodes()
-        drained = [e for e, node in self.nodes.items() if node in leaving and e in self.actors and e not in self.draining]
+        drained = [engine_id for engine_id, engine in serving.items() if engine.node in leaving]
         for engine_id in drained:
-            self.draining.add(engine_id)
+            node = self.records.move(engine_id, Life.DRAINING).node
             self.drained += 1
-            deadline = leaving[self.nodes[engine_id]] - time.time()
+            deadline = leaving[node] - time.time()
             replacement = self.add_engine()
             log.warning(
-                f"engine {engine_id} is on node {self.nodes[engine_id][:12]}, which Ray is draining ("
+                f"engine {engine_id} is on node {node[:12]}, which Ray is draining ("
                 + (f"deadline in {deadline:.0f}s" if deadline < float("inf") else "no deadline")
-                + f"): it takes no new groups and hands back its queued ones; replacement engine {replacement} is starting"
+                + f"): it takes no new groups, {self._handing_back()}; replacement engine {replacement} is starting"
             )
         return drained
 
     def resize(self, engines: int) -> None:
         """Grow or shrink to `engines`. New engines start in the background and serve once ready and
         synced; when shrinking, engines still starting are cancelled first, then the newest serving
-        engines stop taking groups, finish the groups they hold, and stop."""
+        engines stop taking groups, hand back those they hold (or finish them: `rollout.continuation`), and stop."""
         if engines < 1:
             raise UserError(f"a pool needs at least 1 engine, asked for {engines}")
         if self.colocation is not None and engines > self.colocation.slots:
@@ -335,37 +327,40 @@ class EngineFleet:
                 "learner worker's GPU; keeping that many"
             )
             engines = self.colocation.slots
-        self.draining &= set(self.actors)
         if self.colocation is not None:  # a colocated slot is not free until its engine stops: keep draining ones first
-            while self.draining and len(set(self.actors) - self.draining) + len(self.starting) < engines:
-                self.draining.discard(min(self.draining))
-        serving = sorted(set(self.actors) - self.draining)
+            while self.draining and len(self.records.in_state(Life.SERVING)) + len(self.starting) < engines:
+                self.records.move(min(self.draining), Life.SERVING)
+        serving = sorted(self.records.in_state(Life.SERVING))
         for _ in range(engines - len(serving) - len(self.starting)):
             self.add_engine()
         while self.starting and len(serving) + len(self.starting) > engines:
-            engine_id = max(self.starting)
-            self.kill(engine_id, self.starting.pop(engine_id).actor)
+            self.kill(max(self.starting))
         surplus = serving[engines:] if len(serving) > engines else []
-        self.draining.update(surplus)
+        for engine_id in surplus:
+            self.records.move(engine_id, Life.DRAINING)
         if surplus:
-            log.info(f"draining engine(s) {surplus}: they finish their groups, then stop")
+            log.info(f"draining engine(s) {surplus}: {self._handing_back()}, then they stop")
+
+    def _handing_back(self) -> str:
+        """What becomes of a draining engine's groups, for the line that says it drains."""
+        if self.config.continuation:
+            return "the groups it holds go to other engines at once (those under way continue there from their last token)"
+        return "its queued groups go to other engines and the groups it began finish there first"
 
     def stop_drained(self, busy: set[int]) -> None:
         """Drained engines that hold no group (none in `busy`) stop, without waiting for them to close."""
-        for engine_id in sorted(self.draining - busy):
-            if engine_id in self.actors:
-                self.remove_engine(engine_id)
-            self.draining.discard(engine_id)
+        for engine_id in sorted(set(self.draining) - busy):
+            self.remove_engine(engine_id)
 
     def remove_engine(self, engine_id: int) -> None:
         """Take an engine out of service and tell it to close its vLLM engine; `finish_stops` kills it
         once it has, or after STOP_TIMEOUT_S (`resize` is the graceful way: it drains first)."""
-        actor = self.actors.pop(engine_id)
-        self.nodes.pop(engine_id, None)
+        engine = self.records.move(engine_id, Life.STOPPING)
+        engine.node = None
         if self._cores is not None:  # it generates no more: an engine started meanwhile may take its cores
             self._cores.free(engine_id)
-        self._slots.pop(engine_id, None)  # colocated: a replacement takes its bundle (Ray starts it once this one is gone)
-        self.stopping[engine_id] = _Stopping(actor, actor.shutdown.remote(), time.monotonic() + STOP_TIMEOUT_S)
+        engine.slot = None  # colocated: a replacement takes its bundle (Ray starts it once this one is gone)
+        engine.waiting, engine.deadline = engine.actor.shutdown.remote(), time.monotonic() + STOP_TIMEOUT_S
 
     def finish_stops(self, timeout_s: float) -> None:
         """Kill the stopping engines that closed, waiting up to `timeout_s` for them, and those out of time."""
@@ -373,36 +368,36 @@ class EngineFleet:
 
         if not self.stopping:
             return
-        closing = [entry.closing for entry in self.stopping.values()]
+        closing = [engine.waiting for engine in self.stopping.values()]
         closed = set(ray.wait(closing, num_returns=len(closing), timeout=timeout_s)[0])
         now = time.monotonic()
-        for engine_id, entry in list(self.stopping.items()):
-            if entry.closing in closed or now >= entry.deadline:
-                del self.stopping[engine_id]
-                self.kill(engine_id, entry.actor)
+        for engine_id, engine in list(self.stopping.items()):
+            if engine.waiting in closed or now >= engine.deadline:
+                self.kill(engine_id)
 
-    def kill(self, engine_id: int, actor) -> None:
+    def kill(self, engine_id: int) -> None:
+        """The engine is gone, from whatever state: its actor killed, its placement group, cores or
+        colocated slot free for the next, and what it left on its node cleaned up in the background."""
         import ray
 
-        self.nodes.pop(engine_id, None)
+        engine = self.records.remove(engine_id)
+        if engine is None:
+            return
         try:
-            self.launcher.kill(actor)
+            self.launcher.kill(engine.actor)
         except Exception:  # already gone
             pass
-        group = self._groups.pop(engine_id, None)
-        if group is not None:
-            ray.util.remove_placement_group(group)
-        self._slots.pop(engine_id, None)  # colocated: its slot takes the next engine
+        if engine.placement_group is not None:
+            ray.util.remove_placement_group(engine.placement_group)
         if self._cores is not None:
             self._cores.free(engine_id)
-        self._clean_up_after(engine_id)
+        self._clean_up_after(engine.leftovers)
 
-    def _clean_up_after(self, engine_id: int) -> None:
-        """Remove, on its node, what the killed engine's processes left there (shared memory, which
+    def _clean_up_after(self, leftovers) -> None:
+        """Remove, on its node, what a killed engine's processes left there (shared memory, which
         would fill a small /dev/shm over many replacements). Runs in the background."""
         import ray
 
-        leftovers = self._leftovers.pop(engine_id, None)
         clean_up = None if leftovers is None else self.launcher.clean_up(leftovers)
         if clean_up is None:
             return
@@ -424,15 +419,13 @@ class EngineFleet:
         may be waiting for a node that never comes (a replacement after a node loss): waiting on it
         would stall the end of the run, and cancelling it first keeps it from taking the room the
         others free."""
-        for engine_id, entry in self.starting.items():
-            self.kill(engine_id, entry.actor)
-        self.starting.clear()
+        for engine_id in list(self.starting):
+            self.kill(engine_id)
         for engine_id in list(self.actors):
             self.remove_engine(engine_id)
         self.finish_stops(timeout_s=STOP_TIMEOUT_S)  # together: a lost node's engine costs the timeout once
-        for engine_id, entry in self.stopping.items():
-            self.kill(engine_id, entry.actor)
-        self.stopping.clear()
+        for engine_id in list(self.stopping):
+            self.kill(engine_id)
         self.wait_for_clean_ups()  # before the driver exits, and Ray with it
         unfreeze()  # collector.py
 

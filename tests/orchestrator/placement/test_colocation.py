@@ -59,7 +59,7 @@ SCRIPT = textwrap.dedent(
         result["second"] = "started"
     except UserError as error:
         result["second"] = str(error)
-    fleet.kill(first, fleet.starting.pop(first).actor)
+    fleet.kill(first)
     replacement = fleet.add_engine()
     result["replacement"] = {"slot": launcher.launched[replacement][2],
                              "where": ray.get(launcher.launched[replacement][0].where.remote(), timeout=60)}

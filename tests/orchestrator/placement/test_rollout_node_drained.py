@@ -12,7 +12,13 @@ A drain of one of two engines, with steps whose prompts fit one engine's prefill
 between two: the other engine takes all of them, and no engine dies (CPU engines whose seeded requests
 were prefilled in chunks died one after another there; workers/rollout/engine.py says why).
 
-Marked slow (about 6 minutes in all): `make test PYTEST_ARGS="-m slow"` runs it."""
+A drain whose 10 s notice is shorter than the completions under way (a model slow enough that each takes
+longer): the drained engine hands its running samples back at once, cut short, and the other engine
+continues them from their last token; nothing is generated twice and the learner's log-probs of every
+token, the seams included, match the engines'. The same drain with `rollout.continuation: false`
+prints its step time beside.
+
+Marked slow (about 14 minutes in all): `make test PYTEST_ARGS="-m slow"` runs it."""
 
 import json
 import os
@@ -24,6 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.orchestrator.placement.drains import drain, take_node_away
+from tests.random_llama import save_random_llama
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
@@ -137,3 +144,41 @@ def test_a_drain_that_moves_a_large_steps_groups_to_one_engine_kills_no_engine(t
     times = [m["time/step"] for m in steps[1:]]
     print(f"\nstep times after the first (s): {' '.join(f'{t:.1f}' for t in times)}")
     _every_sample_once(run, 8 * 256)
+
+
+def _slow_model(folder, tokenizer_dir):
+    """A random Llama of 4 layers of 512 with a 2048-token context: a 1200-token completion takes a CPU
+    engine longer than a 10 s notice."""
+    from transformers import AutoTokenizer
+
+    save_random_llama(folder, AutoTokenizer.from_pretrained(tokenizer_dir), hidden=512, heads=8, layers=4, context=2048)
+
+
+@pytest.mark.parametrize("continuation", [True, False], ids=["continued", "finished-before-it-stops"])
+def test_a_drain_shorter_than_the_completions_under_way_continues_them_elsewhere(
+    three_rollout_nodes, tmp_path, tiny, continuation
+):
+    model = tmp_path / "slow-model"
+    _slow_model(model, tiny.tokenizer_dir)
+    steps_in_all = 4
+    args = [f"model={model}", "rollout.engines=2", "prompts_per_step=2", "num_generations=2", "max_completion_length=1200"]
+    args += [
+        "ignore_eos=true",
+        f"max_steps={steps_in_all}",
+        "plot_steps=100",
+        f"rollout.continuation={str(continuation).lower()}",
+    ]
+    code, err, steps, run = _run_losing_a_node(three_rollout_nodes, tmp_path, args, after_steps=1, notice_s=10)
+    assert code == 0, err[-4000:]
+    assert [m["step"] for m in steps] == list(range(1, steps_in_all + 1))
+    (drained,) = [m for m in steps if m["rollout/engines_drained"]]
+    regenerated = sum(m[f"rollout/samples_regenerated/{why}"] for m in steps for why in ("death", "timeout"))
+    print(
+        f"\ncontinuation {continuation}: drained step {drained['step']} took {drained['time/step']:.1f} s; "
+        f"{drained['rollout/samples_continued']} sample(s) continued ({drained['rollout/tokens_continued']} tokens), "
+        f"{regenerated} generated again; worst log-prob gap {drained['sampling/sampling_logp_difference/max']:.1e}"
+    )
+    _every_sample_once(run, steps_in_all * 4)
+    if continuation:
+        assert drained["rollout/tokens_continued"] > 0 and regenerated == 0
+        assert drained["sampling/sampling_logp_difference/max"] < 1e-3  # the seams are token-exact

@@ -1,7 +1,8 @@
 """Continuation on real Ray actors and real vLLM (CPU) engines: an engine told to stop serving (`hand_back`)
 returns its running group at once, each sample cut short with its tokens, log-probs and versions so far;
 the other engine continues the group from there; and the learner's log-probs of every token of the
-continued samples, the seam included, equal the engines' (the two parts are one completion, token-exact)."""
+continued samples, the seam included, equal the engines' (the two parts are one completion, token-exact).
+A scale-down in the middle of a batch stops its engine within a second or two and loses no token."""
 
 import time
 
@@ -19,8 +20,9 @@ pytestmark = pytest.mark.engines
 MAX_TOKENS, TEMPERATURE = 200, 1.5
 
 
-def _exchange(pool, engine_id: int, batch: int, requests: list[GroupRequest]):
-    return pool.engines.actors[engine_id].exchange.remote(batch, requests, 0.0, None)
+def _exchange(pool, engine: int, batch: int, requests: list[GroupRequest]):
+    """The `engine`-th serving engine's `exchange`, as the pool calls it."""
+    return pool.engines.actors[sorted(pool.engines.actors)[engine]].exchange.remote(batch, requests, 0.0, None)
 
 
 def _cut_short(pool, request: GroupRequest):
@@ -31,7 +33,7 @@ def _cut_short(pool, request: GroupRequest):
         batch = next(pool._batches)  # a batch of the pool's own numbering, so later `generate` calls stay newer
         call = _exchange(pool, 0, batch, [request])
         time.sleep(wait_s)
-        ray.get(pool.engines.actors[0].hand_back.remote(batch), timeout=60)
+        ray.get(pool.engines.actors[min(pool.engines.actors)].hand_back.remote(batch), timeout=60)
         started = time.monotonic()
         (result,) = ray.get(call, timeout=60).results
         back_s = time.monotonic() - started
@@ -55,7 +57,7 @@ def test_a_group_handed_back_mid_completion_continues_on_another_engine_token_ex
     assert all(len(s.completion_ids) < MAX_TOKENS and len(s.logprobs) == len(s.output_versions) for s in cut)
 
     (whole,) = ray.get(_exchange(pool, 1, batch, [continued(request, result)]), timeout=120).results
-    assert whole.engine_id == 1 and [s.sample_index for s in whole.samples] == [0, 1, 2, 3]
+    assert whole.engine_id == max(pool.engines.actors) and [s.sample_index for s in whole.samples] == [0, 1, 2, 3]
     model = AutoModelForCausalLM.from_pretrained(tiny.model_dir, dtype=torch.float32)
     worst = 0.0
     for sample in whole.samples:
@@ -72,3 +74,37 @@ def test_a_group_handed_back_mid_completion_continues_on_another_engine_token_ex
     print(f"\ncut short at {sorted(len(s.completion_ids) for s in cut)} tokens, back in {back_s:.2f} s; worst gap {worst:.1e}")
     assert worst < 1e-3
     assert whole.samples[0].completion == learner_tokenizer.decode(whole.samples[0].completion_ids)
+
+
+def test_a_scale_down_mid_batch_stops_its_engine_at_once_and_loses_no_token(pool, learner_tokenizer):
+    prompts = search_task.prompts(16, seed=12)
+    sampling = SamplingConfig(max_tokens=MAX_TOKENS, ignore_eos=True, seed=9)
+    requests = make_groups(prompts, [learner_tokenizer(p)["input_ids"] for p in prompts], 4, sampling)
+    fleet, before = pool.engines, dict(pool.rework.counts)
+    leaving = max(fleet.actors)
+    stopped_at, decided_at = {}, []
+    remove_engine = fleet.remove_engine
+
+    def stop(engine_id: int) -> None:  # when the pool takes the engine out of service
+        stopped_at[engine_id] = time.monotonic()
+        remove_engine(engine_id)
+
+    def scale_down_once(result) -> None:  # in the middle of the batch: its first group is back
+        if not decided_at:
+            decided_at.append(time.monotonic())
+            pool.resize(1)
+
+    fleet.remove_engine = stop
+    try:
+        results = pool.generate(requests, on_result=scale_down_once)
+    finally:
+        del fleet.remove_engine
+        pool.resize(2)  # the other tests' pool: two engines again
+        fleet.admit_ready(block=True)
+    took_s = stopped_at[leaving] - decided_at[0]
+    work = {key: pool.rework.counts[key] - before.get(key, 0) for key in pool.rework.counts}
+    print(f"\nengine {leaving} stopped {took_s:.2f} s after the scale-down; {work}")
+    assert took_s < 3.0
+    assert sorted(result.group_id for result in results) == list(range(16))
+    assert all(len(s.completion_ids) == MAX_TOKENS and s.finish_reason == "length" for r in results for s in r.samples)
+    assert work["tokens_continued"] > 0 and not any(work.get(f"samples_regenerated/{why}") for why in ("death", "timeout"))

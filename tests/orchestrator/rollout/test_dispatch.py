@@ -15,7 +15,7 @@ from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.rollout.continued import Rework
-from orchestrator.rollout.dispatch import Dispatch
+from orchestrator.rollout.dispatch import Dispatch, problems
 from orchestrator.rollout.fleet import EngineFailedError
 from orchestrator.rollout.poison import GroupDeaths
 from workers.rollout.group_queue import Collected
@@ -144,6 +144,21 @@ class FakeEngines:
         del self.actors[engine_id]
 
 
+def _run(dispatch: Dispatch) -> list[GroupResult]:
+    """`dispatch.run()`, its invariants checked as every result arrives and at the end."""
+    seen, handed_on = [], dispatch.on_result
+
+    def check(result: GroupResult) -> None:
+        seen.append(problems(dispatch))
+        if handed_on is not None:
+            handed_on(result)
+
+    dispatch.on_result = check
+    results = dispatch.run()
+    assert seen and not any(seen) and problems(dispatch) == [] and not dispatch.held.get(0) and not dispatch.pending
+    return results
+
+
 def _requests(count: int, size: int = 4) -> list[GroupRequest]:
     return [GroupRequest(group, group, "p", [1], size, SamplingConfig()) for group in range(count)]
 
@@ -151,7 +166,7 @@ def _requests(count: int, size: int = 4) -> list[GroupRequest]:
 def test_every_group_comes_back_once_and_each_result_is_handed_on():
     engines = FakeEngines([FakeEngine(0), FakeEngine(1)], max_inflight_samples=8)
     handed = []
-    results = Dispatch(engines, _requests(10), batch=0, on_result=handed.append).run()
+    results = _run(Dispatch(engines, _requests(10), batch=0, on_result=handed.append))
     assert sorted(result.group_id for result in results) == list(range(10))
     assert handed == results
     assert {result.engine_id for result in results} == {0, 1}  # both engines took groups
@@ -162,7 +177,7 @@ def test_groups_queued_on_a_slow_engine_at_the_tail_go_to_the_engine_with_room()
     slow = FakeEngine(0, per_call=1, delay_s=0.2)  # one group at a time, slowly
     fast = FakeEngine(1)
     engines = FakeEngines([slow, fast], max_inflight_samples=4, max_queued_samples=12)
-    results = Dispatch(engines, _requests(8), batch=0).run()
+    results = _run(Dispatch(engines, _requests(8), batch=0))
     assert sorted(result.group_id for result in results) == list(range(8))
     assert slow.withdrawn and set(slow.withdrawn) <= set(fast.seen)  # taken back and generated elsewhere
     assert {result.group_id for result in results if result.engine_id == 0}.isdisjoint(slow.withdrawn)
@@ -172,7 +187,7 @@ def test_a_dead_engines_groups_are_generated_once_on_the_others():
     dead = FakeEngine(0, fail=ray.exceptions.ActorDiedError())
     alive = FakeEngine(1)
     engines = FakeEngines([dead, alive], max_inflight_samples=8)
-    results = Dispatch(engines, _requests(6), batch=0).run()
+    results = _run(Dispatch(engines, _requests(6), batch=0))
     assert sorted(result.group_id for result in results) == list(range(6))
     assert {result.engine_id for result in results} == {1}
     assert list(engines.died) == [0] and set(dead.seen) <= set(alive.seen)
@@ -182,7 +197,7 @@ def test_a_group_that_kills_every_engine_it_is_on_fails_by_name_and_spends_no_mo
     engines = [FakeEngine(engine_id, dies_with=3) for engine_id in range(5)]
     fleet = FakeEngines(engines, max_inflight_samples=8, max_group_deaths=2)  # two groups of 4 per engine
     deaths = GroupDeaths(limit=2)
-    results = Dispatch(fleet, _requests(12), batch=0, deaths=deaths, policy_version=6).run()
+    results = _run(Dispatch(fleet, _requests(12), batch=0, deaths=deaths, policy_version=6))
     assert sorted(result.group_id for result in results) == list(range(12))  # each once
     failed = [result for result in results if result.samples]  # the fakes' own results carry no samples
     assert [result.group_id for result in failed] == [3] and failed[0].policy_version == 6
@@ -192,7 +207,7 @@ def test_a_group_that_kills_every_engine_it_is_on_fails_by_name_and_spends_no_mo
     suspects = set(engines[first].seen)  # what the first engine to die held: each goes on alone among them
     assert all(len(held & suspects) <= 1 for engine in engines if engine.engine_id != first for held in engine.together)
     fresh = FakeEngine(9)
-    again = Dispatch(FakeEngines([fresh], max_inflight_samples=8), _requests(4), batch=1, deaths=deaths).run()
+    again = _run(Dispatch(FakeEngines([fresh], max_inflight_samples=8), _requests(4), batch=1, deaths=deaths))
     assert [result.group_id for result in again if result.samples] == [3] and 3 not in fresh.seen  # failed at once
 
 
@@ -201,7 +216,7 @@ def test_an_engine_on_a_draining_node_hands_back_what_it_runs_cut_short_and_othe
     staying = FakeEngine(1)
     engines = FakeEngines([leaving, staying], leaving={0}, max_inflight_samples=4, max_queued_samples=12)
     rework = Rework()
-    results = Dispatch(engines, _requests(12), batch=0, rework=rework).run()
+    results = _run(Dispatch(engines, _requests(12), batch=0, rework=rework))
     assert sorted(result.group_id for result in results) == list(range(12))  # each once
     assert {result.engine_id for result in results} == {1} and engines.draining == {0}  # it finished nothing itself
     (running,) = set(leaving.seen) - set(leaving.withdrawn)  # the group it had begun when the drain came
@@ -215,7 +230,7 @@ def test_without_continuation_a_draining_engine_hands_back_its_queued_groups_and
     leaving = FakeEngine(0, per_call=1, delay_s=0.2)
     staying = FakeEngine(1)
     engines = FakeEngines([leaving, staying], leaving={0}, max_inflight_samples=4, max_queued_samples=12, continuation=False)
-    results = Dispatch(engines, _requests(12), batch=0).run()
+    results = _run(Dispatch(engines, _requests(12), batch=0))
     assert sorted(result.group_id for result in results) == list(range(12))  # each once
     assert leaving.withdrawn and set(leaving.withdrawn) <= set(staying.seen)
     on_leaving = [result.group_id for result in results if result.engine_id == 0]

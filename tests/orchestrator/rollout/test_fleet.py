@@ -14,6 +14,7 @@ from orchestrator.bench.simulated_engine import TokenTiming
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.rollout.fleet import EngineFleet
 from orchestrator.rollout.launcher import ActorLauncher
+from orchestrator.rollout.lifecycle import Engine, Life
 
 FAST = TokenTiming(step_base_s=0.002, step_per_sample_s=0.0, prefill_per_token_s=0.0, mean_completion_tokens=8)
 
@@ -45,6 +46,7 @@ def test_an_engine_that_fails_its_first_load_is_dropped_and_the_pool_goes_on(sim
     assert pool.engines.admit_ready(block=True) == []  # what `generate` does before it dispatches
     results = pool.generate(requests)
     assert sorted(r.group_id for r in results) == list(range(8)) and sorted(pool.engines.actors) == [0, 1]
+    assert pool.engines.records.problems() == []
     warning = "engine 2 could not load the current weights: WeightSyncError: engine 2 did not load policy version 3"
     assert warning in capsys.readouterr().err
 
@@ -69,6 +71,7 @@ def test_a_learner_stuck_or_dead_while_a_new_engine_loads_reaches_the_caller(sim
     assert list(pool.engines.starting) == [3] and pool.engines.restarts == 0
     pool.engines.on_engine_ready = None
     assert pool.engines.admit_ready(block=True) == [3] and sorted(pool.engines.actors) == [0, 1, 3]
+    assert pool.engines.records.problems() == []
 
 
 def _raise(error):
@@ -88,7 +91,7 @@ def test_shutdown_cancels_an_engine_still_waiting_for_a_node(learner_tokenizer, 
 
     engines = EngineFleet(ray_session, None, learner_tokenizer, RolloutConfig(), launcher=NoNodeLauncher())
     engine_id = engines.add_engine()
-    waiting = engines.starting[engine_id].ready
+    waiting = engines.starting[engine_id].waiting
     started = time.monotonic()
     engines.shutdown()
     assert time.monotonic() - started < 5
@@ -104,28 +107,34 @@ def test_a_drained_engine_closes_while_the_pool_goes_on_and_is_killed_once_close
     engines = EngineFleet(ray_session, None, learner_tokenizer, RolloutConfig(), launcher=ActorLauncher())
     actor = ray.remote(ClosesWhenTold).options(num_cpus=0, max_concurrency=2)
     closing, hung = actor.remote(), actor.remote()
-    engines.actors.update({0: closing, 1: hung})
-    engines.draining.update({0, 1})
+    for engine_id, handle in ((0, closing), (1, hung)):
+        _draining(engines, engine_id, handle)
     engines.stop_drained(busy=set())  # neither has closed yet
     assert not engines.actors and not engines.draining and sorted(engines.stopping) == [0, 1]
     engines.finish_stops(timeout_s=0.0)
     assert sorted(engines.stopping) == [0, 1]
     closing.tell.remote()
-    ray.get(engines.stopping[0].closing, timeout=30)
+    ray.get(engines.stopping[0].waiting, timeout=30)
     engines.finish_stops(timeout_s=0.0)
     assert sorted(engines.stopping) == [1]
     engines.stopping[1].deadline = time.monotonic()  # its time to close is up
     engines.finish_stops(timeout_s=0.0)
     assert not engines.stopping
     last = actor.remote()  # still closing when the pool shuts down: shut down with it
-    engines.actors[2] = last
-    engines.draining.add(2)
+    _draining(engines, 2, last)
     engines.stop_drained(busy=set())
     last.tell.remote()
     engines.shutdown()
-    assert not engines.stopping and not engines.actors
+    assert not engines.stopping and not engines.actors and engines.records.problems() == []
     for stopped in (closing, hung, last):
         assert _dead_within(stopped, 30.0)
+
+
+def _draining(fleet: EngineFleet, engine_id: int, actor) -> None:
+    """`actor` as a serving engine drained by a shrink (without starting vLLM)."""
+    fleet.records.add(Engine(engine_id, actor, waiting="started", deadline=time.monotonic()))
+    fleet.records.move(engine_id, Life.SERVING)
+    fleet.records.move(engine_id, Life.DRAINING)
 
 
 def _dead_within(actor, timeout_s: float) -> bool:

@@ -62,7 +62,7 @@ def test_duplicate_prompts_keep_their_own_groups_across_both_engines(pool, learn
         (g, g, s) for g in range(12) for s in range(3)
     ]
     assert [r["prompt"] for r in rows[::3]] == prompts
-    assert {r["engine_id"] for r in rows} == {0, 1}
+    assert len({r["engine_id"] for r in rows}) == 2
 
 
 def test_logprobs_are_of_the_tempered_distribution(pool, learner_tokenizer, tiny):
