@@ -115,7 +115,7 @@ def _bench_parser(commands) -> None:
     p.add_argument("--engines", type=int, default=1, help="engines in our pool (default: %(default)s)")
     p.add_argument(
         "--only",
-        choices=["sync", "learner-memory", "correction", "generation", "real-size", "agent", "kv-cache"],
+        choices=["sync", "learner-memory", "correction", "generation", "real-size", "agent", "kv-cache", "progress-reports"],
         help="measure one part alone (generation: raw vLLM against our pool, --repeats times each, both cases, a few "
         "minutes; sync: weight sync vs memcpy, of the whole model and of a LoRA adapter, a few minutes; learner-memory: the "
         "learner's peak memory for steps of --samples samples at --max-tokens-per-micro-batch, completions as in the "
@@ -128,7 +128,9 @@ def _bench_parser(commands) -> None:
         "model's size (pre-trained once, about 10 minutes), samples/s side by side, then about 5 minutes; kv-cache: "
         "async runs of --steps steps whose weight updates land mid-completion, with rollout.kv_cache_after_update "
         "recompute and keep: step time, samples spanning an update, token staleness and the engines-vs-learner "
-        "log-prob gap side by side)",
+        "log-prob gap side by side; progress-reports: one engine's tokens/s with its outputs read once at the end and "
+        "every token (what reporting each sample's tokens every 64, 256 or 1024 tokens needs), and what such reports "
+        "would save and send at 1024 engines)",
     )
     p.add_argument(
         "--samples", default="64,256,1024", help="learner-memory: samples per step, comma-separated (default: %(default)s)"

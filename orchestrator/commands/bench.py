@@ -52,6 +52,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return _agent(args)
     if args.only == "kv-cache":
         return _kv_cache(args)
+    if args.only == "progress-reports":
+        return _progress_reports(args)
     model = Path(args.model) if args.model else bench_model()
     cases = [Case("fixed", model, args.max_tokens, ignore_eos=True)]
     if not args.model:  # the stop-at-EOS variant of the built-in model
@@ -260,6 +262,25 @@ def _kv_cache(args: argparse.Namespace) -> int:
         result = {**kv_cache.measure(*work), "machine": machine}
     print(kv_cache.table(result))
     _save(args.out, {"kv_cache": result})
+    return 0
+
+
+def _progress_reports(args: argparse.Namespace) -> int:
+    """What engines reporting each sample's tokens every N tokens would cost and save
+    (orchestrator/bench/progress_reports.py). Replaces only the progress_reports entry of an existing `--out` file."""
+    from orchestrator.bench import progress_reports
+    from orchestrator.bench.model import bench_model
+
+    machine = describe_machine()
+    model = Path(args.model) if args.model else bench_model()
+    print(
+        f"progress-reports on {machine}; one engine, {args.prompts} groups x {args.num_generations} samples of {args.max_tokens} tokens",
+        flush=True,
+    )
+    result = {"engine": progress_reports.measure(model, args.prompts, args.num_generations, args.max_tokens), "machine": machine}
+    result["fleet"] = progress_reports.fleet_figures()
+    print(progress_reports.table(result["engine"], result["fleet"]))
+    _save(args.out, {"progress_reports": result})
     return 0
 
 

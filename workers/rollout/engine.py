@@ -316,9 +316,11 @@ class RolloutEngine:
         decode = functools.partial(self.tokenizer().decode, skip_special_tokens=sampling.skip_special_tokens)
 
         async def one(head: Sample) -> Sample:
+            if not unfinished(head):
+                return head
             left = tokens_left(head, sampling.max_tokens)
-            if not unfinished(head) or not left:
-                return head if not unfinished(head) else dataclasses.replace(head, finish_reason="length")
+            if not left:  # cut short at its last token: nothing is left to generate
+                return dataclasses.replace(head, finish_reason="length")
             seed = turn_seed(sampling, request.group_id, head.sample_index, CONTINUED_TURN + progress.handed_back)
             name = f"g{request.group_id}-s{head.sample_index}-c{progress.handed_back}"
             final = await self._final_output(

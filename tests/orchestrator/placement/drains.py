@@ -44,18 +44,20 @@ def cmdline(process) -> str:
         return ""
 
 
-def take_node_away(cluster, node, processes: list | None = None) -> list[str]:
+def take_node_away(cluster, node, processes: list | None = None, mapped_before: set[str] = frozenset()) -> list[str]:
     """Kill `node` as a machine that goes (SIGKILL to its raylet and Ray's processes on it) and return the
     command lines of its `processes` (default: `node_processes(node)` now) that were still running 30 s
     later, killed then. vLLM's processes outlive their raylet and actor unless the engine's reaper
     (workers/rollout/reaper.py) ends them. What they mapped in /dev/shm is removed too: a machine takes
-    its /dev/shm along, but these nodes share this one's."""
+    its /dev/shm along, but these nodes share this one's; so is what its processes mapped earlier
+    (`mapped_before`: an engine drained and stopped before the node went, whose clean-up the node's end
+    may have cut short)."""
     import psutil
 
     from workers.rollout.shared_memory import mapped_by, remove_leftovers
 
     processes = node_processes(node) if processes is None else processes
-    shared = mapped_by(p.pid for p in processes)
+    shared = mapped_by(p.pid for p in processes) | set(mapped_before)
     cluster.remove_node(node, allow_graceful=False)
     _, orphans = psutil.wait_procs(processes, timeout=30)
     for process in orphans:

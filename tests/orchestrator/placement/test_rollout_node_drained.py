@@ -29,8 +29,9 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from tests.orchestrator.placement.drains import drain, take_node_away
+from tests.orchestrator.placement.drains import drain, node_processes, take_node_away
 from tests.random_llama import save_random_llama
+from workers.rollout.shared_memory import mapped_by
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
@@ -90,13 +91,14 @@ def _run_losing_a_node(cluster, tmp_path, args: list[str], after_steps: int, not
             time.sleep(0.05)
         engines = [a for a in cluster.global_state.actor_table(None).values() if a["ActorClassName"] == "RolloutWorker"]
         node_id = [a for a in engines if a["State"] == "ALIVE"][engine]["Address"]["NodeID"]
+        (leaving,) = [node for node in cluster.rollout if node.node_id == node_id]
+        mapped = mapped_by(p.pid for p in node_processes(leaving))
         if notice_s is not None:
             drain(cluster, node_id, notice_s)
             drained_at = time.monotonic()
             while proc.poll() is None and time.monotonic() < drained_at + notice_s:
                 time.sleep(0.2)
-        (leaving,) = [node for node in cluster.rollout if node.node_id == node_id]
-        take_node_away(cluster, leaving)  # the deadline: the cloud takes the machine
+        take_node_away(cluster, leaving, mapped_before=mapped)  # the deadline: the cloud takes the machine
         proc.wait(timeout=900)
     finally:
         if proc.poll() is None:
