@@ -344,8 +344,8 @@ class EngineFleet:
     def _handing_back(self) -> str:
         """What becomes of a draining engine's groups, for the line that says it drains."""
         if self.config.continuation:
-            return "the groups it holds go to other engines at once (those under way continue there from their last token)"
-        return "its queued groups go to other engines and the groups it began finish there first"
+            return "the groups held go to other engines at once (those under way continue there from their last token)"
+        return "queued groups go to other engines, and groups begun finish first"
 
     def stop_drained(self, busy: set[int]) -> None:
         """Drained engines that hold no group (none in `busy`) stop, without waiting for them to close."""
