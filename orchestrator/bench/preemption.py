@@ -49,6 +49,10 @@ class Fleet:
     steps: int = 10
     seed: int = 0
 
+    def length(self, rng: random.Random) -> int:
+        """One sample's completion length: log-normal with sigma 1 (a mean of `mean_tokens` before the cut)."""
+        return min(self.max_tokens, max(1, int(rng.lognormvariate(math.log(self.mean_tokens) - 0.5, 1.0))))
+
     @property
     def token_s(self) -> float:
         """A decode step with every slot running: each sample in flight gets one token."""
@@ -125,12 +129,10 @@ class _Run:
 
     def _start_step(self) -> None:
         fleet = self.fleet
-        mu = math.log(fleet.mean_tokens) - 0.5  # log-normal with sigma 1: a mean of mean_tokens before the cut
         for _ in range(fleet.groups):
             first = len(self.samples)
             for _ in range(fleet.n):
-                length = min(fleet.max_tokens, max(1, int(self.rng.lognormvariate(mu, 1.0))))
-                self.samples.append(_Sample(first // fleet.n, length))
+                self.samples.append(_Sample(first // fleet.n, fleet.length(self.rng)))
             self.left[first // fleet.n] = fleet.n
             self.queue.append(("group", first))
         self._dispatch()

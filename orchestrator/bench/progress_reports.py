@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import random
 import statistics
 import time
 from pathlib import Path
@@ -101,9 +102,8 @@ def fleet_figures(engines: int = 1024, seed: int = 0) -> dict:
     from orchestrator.bench.preemption import Fleet
 
     fleet = Fleet(engines=engines)
-    rng = np.random.default_rng(seed)
-    sigma = 1.0
-    lengths = np.minimum(rng.lognormal(np.log(fleet.mean_tokens) - sigma**2 / 2, sigma, 200_000), fleet.max_tokens)
+    rng = random.Random(seed)
+    lengths = np.array([fleet.length(rng) for _ in range(200_000)], dtype=np.float64)
     made = float((lengths**2).mean() / (2 * lengths.mean()))  # tokens a sample in flight has, on average
     tokens_per_s = engines * fleet.capacity / fleet.token_s
     per_death_s = made * fleet.token_s  # engine time lost per death: every slot's sample restarts

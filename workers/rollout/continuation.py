@@ -51,14 +51,14 @@ def joined(
     text up to the stop, with it when `include_stop`)."""
     seam = _seam_stop(head.completion_ids, tail.completion_ids, decode, stops)
     if seam is not None:
-        kept, stop = seam
+        kept, stop, at = seam
         tail = dataclasses.replace(tail, finish_reason="stop", stop_reason=stop, stop_token_id=None)
         tail = _first(tail, kept)
     ids = head.completion_ids + tail.completion_ids
     text = decode(ids)
     eos_id, eos_text = eos
     if seam is not None:
-        text = text[: _stop_end(text, seam[1], len(decode(head.completion_ids)), include_stop)]
+        text = text[: at + len(stop) if include_stop else at]
     elif tail.finish_reason == "stop" and ids and ids[-1] == eos_id and eos_text and text.endswith(eos_text):
         text = text[: -len(eos_text)]
     return dataclasses.replace(
@@ -89,10 +89,11 @@ def _first(sample: Sample, count: int) -> Sample:
     )
 
 
-def _seam_stop(head: list[int], tail: list[int], decode, stops: list[str]) -> tuple[int, str] | None:
-    """(how many of `tail`'s tokens to keep, the stop string) when a stop string begins before the seam and
-    ends after it; None otherwise. Such a string ends within its own length in tokens after the seam (every
-    token adds at least one character, but for a byte of a character cut in two), so only those are read."""
+def _seam_stop(head: list[int], tail: list[int], decode, stops: list[str]) -> tuple[int, str, int] | None:
+    """(how many of `tail`'s tokens to keep, the stop string, where it begins in the text) when a stop string
+    begins before the seam and ends after it; None otherwise. Such a string ends within its own length in
+    tokens after the seam (every token adds at least one character, but for a byte of a character cut in
+    two), so only those are read."""
     if not stops or not tail or not head:
         return None
     seam = len(decode(head))
@@ -102,10 +103,5 @@ def _seam_stop(head: list[int], tail: list[int], decode, stops: list[str]) -> tu
         for stop in stops:
             at = text.find(stop, max(0, seam - len(stop) + 1))
             if 0 <= at < seam:
-                return kept, stop
+                return kept, stop, at
     return None
-
-
-def _stop_end(text: str, stop: str, seam: int, include_stop: bool) -> int:
-    at = text.find(stop, max(0, seam - len(stop) + 1))
-    return at + len(stop) if include_stop else at
