@@ -4,6 +4,7 @@ the other engine continues the group from there; and the learner's log-probs of 
 continued samples, the seam included, equal the engines' (the two parts are one completion, token-exact).
 A scale-down in the middle of a batch stops its engine within a second or two and loses no token."""
 
+import dataclasses
 import time
 
 import pytest
@@ -17,7 +18,7 @@ from workers.rollout.continuation import unfinished
 
 pytestmark = pytest.mark.engines
 
-MAX_TOKENS, TEMPERATURE = 200, 1.5
+MAX_TOKENS, SHORT_TOKENS, TEMPERATURE = 200, 16, 1.5
 
 
 def _exchange(pool, engine: int, batch: int, requests: list[GroupRequest]):
@@ -79,7 +80,13 @@ def test_a_scale_down_mid_batch_stops_its_engine_at_once_and_loses_no_token(pool
     prompts = search_task.prompts(16, seed=12)
     sampling = SamplingConfig(max_tokens=MAX_TOKENS, ignore_eos=True, seed=9)
     requests = make_groups(prompts, [learner_tokenizer(p)["input_ids"] for p in prompts], 4, sampling)
+    # The first two groups (one per engine: each goes to the least-loaded one) are short, so the first result
+    # comes back while both engines are in the middle of their long groups, whichever engine it comes from.
+    short = sampling.model_copy(update={"max_tokens": SHORT_TOKENS})
+    requests[:2] = [dataclasses.replace(request, sampling=short) for request in requests[:2]]
     fleet, before = pool.engines, dict(pool.rework.counts)
+    fleet.admit_ready(block=True)  # a steady pool of two serving engines, whatever the tests before left starting
+    assert len(fleet.actors) == 2 and not fleet.starting
     leaving = max(fleet.actors)
     stopped_at, decided_at, arrived = {}, [], []
     remove_engine = fleet.remove_engine
@@ -106,5 +113,7 @@ def test_a_scale_down_mid_batch_stops_its_engine_at_once_and_loses_no_token(pool
     print(f"\nengine {leaving} stopped {took_s:.2f} s after the scale-down; {work}")
     assert stopped_at[leaving] < arrived[-1]  # out of service while the batch still generated, not at its end
     assert sorted(result.group_id for result in results) == list(range(16))
-    assert all(len(s.completion_ids) == MAX_TOKENS and s.finish_reason == "length" for r in results for s in r.samples)
-    assert work["tokens_continued"] > 0 and not any(work.get(f"samples_regenerated/{why}") for why in ("death", "timeout"))
+    budget = {request.group_id: request.sampling.max_tokens for request in requests}
+    assert all(len(s.completion_ids) == budget[r.group_id] and s.finish_reason == "length" for r in results for s in r.samples)
+    assert work.get("tokens_continued", 0) > 0, f"the engine scaled down held no group under way: {work}"
+    assert not any(work.get(f"samples_regenerated/{why}") for why in ("death", "timeout"))
