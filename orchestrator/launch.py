@@ -208,7 +208,7 @@ def _start_engines(
         log.warning(warning)
     # Through the object store each engine loads the weights as it is admitted; on the collective path
     # (NCCL, gloo) one group spans every engine, so they are all admitted first and synced together.
-    transport = _transport(config, cluster.device, colocated=colocation is not None)
+    transport = _transport(config, cluster.device, colocated=colocation is not None, one_node=_one_node())
     together = transport.collective
     weights = PolicyWeights(learner, transport, policy_version, first_sync_together=together, adapter=config.lora is not None)
     longest_prompt = max_prompt_tokens or config.max_prompt_length or 0
@@ -285,20 +285,32 @@ def _tokens_per_sample(config: TrainConfig, longest_prompt: int, model_config: d
     return longest_prompt + config.max_completion_length
 
 
-def _transport(config, device: str, colocated: bool = False):
+def _one_node() -> bool:
+    """Whether the Ray cluster is one machine (weight sync then crosses no network)."""
+    import ray
+
+    return sum(1 for node in ray.nodes() if node["Alive"]) == 1
+
+
+def _transport(config, device: str, colocated: bool = False, one_node: bool = True):
     """How the learner's weights reach the engines on `device` (workers/weights/factory.py). Colocated,
-    `auto` is the object store: NCCL cannot put the learner and an engine on one GPU."""
-    from workers.weights.factory import make_transport
+    `auto` is the object store: NCCL cannot put the learner and an engine on one GPU. `one_node`: the
+    cluster is one machine (weight_sync.delta: auto sends whole models there)."""
+    from workers.weights.factory import chosen_backend, make_transport
 
     backend = "object_store" if colocated and config.weight_sync.backend == "auto" else config.weight_sync.backend
+    dtype, lora = config.rollout.weight_dtype(device), config.lora is not None
+    taken = chosen_backend(device, backend, lora)
+    delta = config.weight_sync.delta_on(dtype, config.learner.bf16, lora, one_node, taken)
     return make_transport(
         device,
         config.weight_sync.timeout_s,
         config.weight_sync.bucket_mb << 20,
         config.rollout.tensor_parallel_size,
-        lora=config.lora is not None,
-        dtype=config.rollout.weight_dtype(device),
+        lora=lora,
+        dtype=dtype,
         backend=backend,
+        anchor_every=config.weight_sync.anchor_every if delta else None,
     )
 
 

@@ -11,7 +11,7 @@ import numpy as np
 PHASES = ("time/generate", "time/reward", "time/train", "time/sync")
 LEARNER_FIGURES = ("time/learner_step", "learner/pad_fraction", "learner/micro_batches", "learner/tokens_per_s")
 # Averaged over the steady steps that log them (async runs, the engine correction)
-OPTIONAL_FIGURES = ("staleness/token_mean", "sampling/sampling_logp_difference/mean")
+OPTIONAL_FIGURES = ("staleness/token_mean", "sampling/sampling_logp_difference/mean", "weight_sync/density")
 # The learner without token budgets and packing: the whole step in one padded pass.
 PADDED_LEARNER = {"max_tokens_per_micro_batch": None, "padding_free": False}
 # Async mode: the next step's batch generates while this one trains, clipped against the engines'
@@ -92,6 +92,7 @@ def _figures(metrics: list[dict]) -> dict:
         "busy/engines": sum(m["time/pool_busy"] for m in steady) / wall,
         "busy/learner": sum(m["time/learner_step"] for m in steady) / wall,
         "sync_bytes": int(steady[-1]["weight_sync/bytes"]),
+        "sync_model_bytes": int(steady[-1].get("weight_sync/model_bytes", steady[-1]["weight_sync/bytes"])),
         "sync_s": phases["time/sync"],
         "reward_last": float(metrics[-1]["reward_mean"]),
         **{name: float(np.mean([m[name] for m in steady if name in m])) for name in OPTIONAL_FIGURES if name in steady[-1]},

@@ -294,8 +294,8 @@ def _real_size(args: argparse.Namespace) -> int:
     machine = describe_machine()
     print(f"real size on {machine}; model {parameter_count(model) / 1e6:.1f}M parameters; {args.steps} steps", flush=True)
     results = []
-    for dtype in real_size.ENGINE_DTYPES:
-        result = {**real_size.measure(model, args.steps, dtype), "machine": machine}
+    for dtype, delta in real_size.VARIANTS:
+        result = {**real_size.measure(model, args.steps, dtype, delta), "machine": machine}
         print(real_size.table(result), flush=True)
         results.append(result)
     for result in results:

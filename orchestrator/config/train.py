@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from orchestrator.contracts import user_functions
 from orchestrator.contracts.agents import AgentConfig, AgentUse
@@ -44,6 +44,34 @@ class WeightSyncConfig(StrictModel):
         "code where there is no GPU). object_store: buckets through Ray's object store, on any cluster. A LoRA run "
         "syncs through the object store.",
     )
+    delta: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Send only what changed. on: after a dense first sync (an anchor), each sync sends per tensor the "
+        "elements whose bits changed (indices and values) or the whole tensor, whichever is smaller; every engine "
+        "checks the checksum of all its weights after the patch, and one that rejects it (another version, a checksum "
+        "that differs) gets the dense weights in the same sync. The learner and each engine keep a copy of the weights "
+        "for it (host memory, the engines' dtype). auto: on where the engines hold a narrower dtype than the learner "
+        "trains in (rollout.dtype bfloat16 or float16 beside a float32 learner: most elements do not change from one "
+        "step to the next), backend is object_store or gloo, and the cluster has more than one node (the bytes cross a "
+        "network); off otherwise: float32 engines see every element change, and on one node a patch saves no time. "
+        "nccl sends whole models; a LoRA run sends its adapter alone.",
+    )
+    anchor_every: int = Field(50, ge=1, description="With delta sync: a dense sync of every engine after this many patches.")
+
+    @field_validator("delta", mode="before")
+    @classmethod
+    def _yaml_switch(cls, value):
+        """YAML reads an unquoted on / off as true / false."""
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+    def delta_on(self, engine_dtype: str | None, learner_bf16: bool, lora: bool, one_node: bool, backend: str) -> bool:
+        """Whether syncs send patches: `delta`, or for auto, engines narrower than the learner on a
+        cluster of several nodes, where the bytes cross a network (`one_node`: this machine alone), over
+        `backend` (the one the run takes: auto resolved)."""
+        if self.delta != "auto":
+            return self.delta == "on"
+        narrow = engine_dtype in ("bfloat16", "float16") and not learner_bf16
+        return narrow and not lora and not one_node and backend in ("object_store", "gloo")
 
 
 class TrainConfig(GRPOSettings):
@@ -292,6 +320,17 @@ class TrainConfig(GRPOSettings):
             raise ValueError(
                 f"weight_sync.backend: {self.weight_sync.backend} sends whole models, but a LoRA run sends only its "
                 "adapter after the first sync: set weight_sync.backend: auto (or object_store) with lora:"
+            )
+        if self.weight_sync.delta == "on" and self.lora is not None:
+            raise ValueError(
+                "weight_sync.delta: on patches the whole model, but a LoRA run sends only its adapter after the first "
+                "sync (megabytes): set weight_sync.delta to auto or off with lora:"
+            )
+        if self.weight_sync.delta == "on" and self.weight_sync.backend == "nccl":
+            raise ValueError(
+                "weight_sync.delta: on sends patches through the object store or gloo; weight_sync.backend: nccl "
+                "sends whole models (vLLM's in-place sparse path is not wired yet): set weight_sync.backend to "
+                "object_store, or delta to off"
             )
         return self
 

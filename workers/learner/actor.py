@@ -74,6 +74,8 @@ class Learner:
         self._publication = None  # the weights being handed out to engines (workers/weights/publication.py)
         self._bucket_buffer = BucketBuffer()  # what buckets are cast into, sync after sync
         self._nccl = None  # the collective path's sender, once a group is open (workers/weights/nccl.py)
+        self._prepared = None  # the tensors of a delta sync's next broadcast (`prepare_delta`)
+        self._delta = None  # a delta sync's baseline: the weights as the engines hold them (workers/weights/delta.py)
         if resume_from is not None:
             self._learner.load_state(resume_from)
         return self.node_id()
@@ -105,6 +107,35 @@ class Learner:
 
         self._publication = Publication(self._learner.named_weights(adapter_only), bucket_bytes, dtype, self._bucket_buffer)
         return self._publication.headers, self._publication.nbytes, self._learner.policy_version
+
+    def publish_delta(
+        self, bucket_bytes: int, dtype: str | None, anchor: bool, version: int
+    ) -> tuple[list, int, int, dict | None]:
+        """Open a publication of a delta sync (`_delta_tensors`); returns (bucket headers, bytes, the
+        version published, the patch's manifest or None)."""
+        from workers.weights.publication import Publication
+
+        named, version, manifest = self._delta_tensors(dtype, anchor, version)
+        self._publication = Publication(named, bucket_bytes, None, self._bucket_buffer)
+        return self._publication.headers, self._publication.nbytes, version, manifest
+
+    def _delta_tensors(self, dtype: str | None, anchor: bool, version: int) -> tuple[list, int, dict | None]:
+        """A delta sync's tensors (workers/weights/delta.py): with `anchor`, the dense weights, kept (cast
+        to `dtype`) as what the engines hold from now on; else the patch from those to the weights now.
+        Returns (the tensors, the version: `version`, or the learner's own count if it is ahead
+        (object_store.py), the patch's manifest or None)."""
+        from workers.weights.delta import DeltaEncoder
+
+        self._keep_publication()  # a publication still open may view the baseline the patch changes
+        if self._delta is None or self._delta.dtype != (getattr(torch, dtype) if dtype else None):
+            self._delta = DeltaEncoder(dtype)
+        version = max(version, self._learner.policy_version)
+        if not anchor:
+            manifest, named = self._delta.encode(self._learner.named_weights(), version)
+            return named, version, manifest.as_dict()
+        if self._delta.version != version:  # else the baseline is these weights already
+            self._delta.anchor(self._learner.named_weights(), version)
+        return list(self._delta.weights.items()), version, None
 
     def weight_bucket(self, index: int):
         """Bucket `index` of the open publication: Ray stores it as this returns."""
@@ -153,9 +184,18 @@ class Learner:
 
         return metadata(self._learner.named_weights(), dtype)
 
-    def nccl_send(self, bucket_bytes: int, dtype: str | None = None) -> tuple[str | None, int]:
+    def prepare_delta(self, dtype: str | None, anchor: bool, version: int) -> tuple[dict, int, dict | None]:
+        """The collective path's delta sync: the tensors the next `nccl_send(prepared=True)` broadcasts
+        (`_delta_tensors`), as (their metadata, the version, the patch's manifest or None)."""
+        from workers.weights.nccl import metadata
+
+        self._prepared, version, manifest = self._delta_tensors(dtype, anchor, version)
+        return metadata(self._prepared), version, manifest
+
+    def nccl_send(self, bucket_bytes: int, dtype: str | None = None, prepared: bool = False) -> tuple[str | None, int]:
         """(checksum of what was sent, bytes); checksum None if the broadcast failed (a gloo peer died:
-        the driver replaces it and reloads the others; an NCCL broadcast blocks instead)."""
+        the driver replaces it and reloads the others; an NCCL broadcast blocks instead). `prepared`: the
+        tensors `prepare_delta` made, instead of the weights."""
         from workers.weights.nccl import cast
 
         sent = 0
@@ -166,8 +206,9 @@ class Learner:
                 sent += tensor.numel() * tensor.element_size()
                 yield name, tensor
 
+        named, self._prepared = (self._prepared, None) if prepared else (cast(self._learner.named_weights(), dtype), None)
         try:
-            checksum = self._nccl.send(counted(cast(self._learner.named_weights(), dtype)), bucket_bytes)
+            checksum = self._nccl.send(counted(named), bucket_bytes)
         except RuntimeError as error:  # torch.distributed's errors; the group cannot broadcast again
             logging.getLogger(__name__).warning(f"the {self._nccl.backend} weight broadcast failed: {error}")
             self._nccl.close()

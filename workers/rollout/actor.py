@@ -109,10 +109,13 @@ class RolloutWorker:
     async def responsive(self, timeout_s: float) -> bool:
         return await self._engine.responsive(timeout_s)
 
-    async def load_weights(self, headers: list, version: int, timeout_s: float) -> tuple[int, str]:
+    async def load_weights(
+        self, headers: list, version: int, timeout_s: float, patch: dict | None = None, mirror: bool = False
+    ) -> tuple[int, str]:
         """Load the learner's weights as `feed_weights` brings them (workers/weights/object_store.py);
-        returns (policy version, checksum received) for the provenance check."""
-        return await self._engine.weights.load(headers, version, timeout_s)
+        returns (policy version, checksum received) for the provenance check. `patch`: the manifest of a
+        delta (workers/weights/delta.py); `mirror`: keep a copy of dense weights for later patches."""
+        return await self._engine.weights.load(headers, version, timeout_s, patch, mirror)
 
     async def feed_weights(self, version: int, index: int, bucket) -> None:
         """One bucket of the load of `version`, read in place from the object store on this node."""
@@ -124,8 +127,9 @@ class RolloutWorker:
     async def init_nccl(self, init_info: dict) -> str | None:
         return await self._engine.weights.join_nccl(init_info)
 
-    async def receive_nccl(self, metadata: dict, version: int) -> tuple[int, str]:
-        return await self._engine.weights.receive_nccl(metadata, version)
+    async def receive_nccl(self, metadata: dict, version: int, *delta) -> tuple[int, str]:
+        """`delta`: (patch manifest, mirror), on a delta sync (workers/weights/delta.py)."""
+        return await self._engine.weights.receive_nccl(metadata, version, *delta)
 
     def policy_version(self) -> int:
         return self._engine.weights.policy_version

@@ -27,10 +27,11 @@ from collections.abc import Callable, Iterable, Iterator
 import torch
 from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 from vllm.distributed.weight_transfer.nccl_common import NCCLWeightTransferInitInfo
-from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
+from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine, NCCLWeightTransferUpdateInfo
 from vllm.distributed.weight_transfer.packed_tensor import pack_tensors, unpack_tensor
 
 from workers.weights.buckets import Checksum
+from workers.weights.delta import MIRROR, REJECTED, Manifest, PatchRejected
 from workers.weights.rendezvous import rendezvous
 
 BACKEND = "gloo"
@@ -114,11 +115,21 @@ class GlooInitInfo(NCCLWeightTransferInitInfo):
     timeout_s: float = 60.0  # for every rank to join, and for each broadcast
 
 
+@dataclasses.dataclass(kw_only=True)
+class GlooUpdateInfo(NCCLWeightTransferUpdateInfo):
+    """vLLM's per-round update info, and what a delta sync adds (workers/weights/delta.py)."""
+
+    patch: dict | None = None  # the tensors are a patch with this manifest
+    mirror: bool = False  # keep a copy of dense weights, for the patches that follow
+    version: int | None = None  # the version a dense load with `mirror` holds
+
+
 class GlooWeightTransferEngine(NCCLWeightTransferEngine):
     """vLLM's NCCL weight-transfer engine on a gloo group: same init info, same update info, same
     layer-wise reload; no CUDA stream, no accelerator sync. `checksum`: of the last update received."""
 
     init_info_cls = GlooInitInfo
+    update_info_cls = GlooUpdateInfo
 
     def __init__(self, config, vllm_config, device, model) -> None:
         super().__init__(config, vllm_config, device, model)
@@ -147,8 +158,37 @@ class GlooWeightTransferEngine(NCCLWeightTransferEngine):
         digest = Checksum()
         self.checksum = None
         with disable_mtp_completeness_check():  # as vLLM's NCCL receiver: a chunk need not hold a whole MTP layer
-            receive_packed(self.model_update_group, described, self.packed_buffer_size_bytes, self.model.load_weights, digest)
+            if update_info.patch is not None:
+                self.checksum = self._receive_patch(described, update_info.patch, digest)
+                return
+            load = self._recording(self.model.load_weights) if update_info.mirror else self.model.load_weights
+            receive_packed(self.model_update_group, described, self.packed_buffer_size_bytes, load, digest)
+        if update_info.mirror:
+            MIRROR.loaded(update_info.version)
         self.checksum = digest.hexdigest()
+
+    def _receive_patch(self, described, patch: dict, digest: Checksum) -> str:
+        """A delta's tensors, applied to this worker's copy of its weights and checked before the model
+        loads every weight from it; the manifest's checksum, or why the patch was rejected (nothing loaded)."""
+        received = []
+        receive_packed(self.model_update_group, described, self.packed_buffer_size_bytes, received.extend, digest)
+        try:
+            weights = MIRROR.apply(Manifest.from_dict(patch), received)
+        except PatchRejected as why:
+            return REJECTED + str(why)
+        self.model.load_weights(weights)
+        return patch["checksum"]
+
+    @staticmethod
+    def _recording(load: Callable[[list], None]) -> Callable[[list], None]:
+        """`load`, keeping what it loads as the worker's copy of its weights (MIRROR)."""
+        MIRROR.start()
+
+        def recorded(tensors: list) -> None:
+            MIRROR.weights.update(tensors)
+            load(tensors)
+
+        return recorded
 
 
 WeightTransferEngineFactory.register_engine(BACKEND, GlooWeightTransferEngine)

@@ -26,16 +26,23 @@ So the sync raises `LearnerSyncTimeout` at the deadline (the learner is then res
 engines stuck in it stay paused until they are replaced. Gloo's broadcast fails instead: receivers
 left half-loaded are replaced, and those that had received everything reload through the object store.
 
+With `weight_sync.delta` on gloo (delta.py), the learner prepares the round's tensors first
+(`prepare_delta`: a patch when every member holds its baseline, else the whole model, since a
+broadcast reaches them all), and a member that rejects a patch takes the whole model through the
+object store in the same sync.
+
 Written against vLLM 0.32's `vllm.distributed.weight_transfer` API; NCCL itself runs only on
 machines with CUDA GPUs (tests marked `gpu`), gloo everywhere.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
 from orchestrator.contracts.engine_death import reason
+from workers.weights.delta import REJECTED, DeltaBook
 from workers.weights.object_store import ObjectStoreTransport
 from workers.weights.rounds import await_round, verify
 from workers.weights.transport import SyncReport, WeightTransport
@@ -147,9 +154,11 @@ class NcclTransport(WeightTransport):
         tensor_parallel_size: int = 1,
         dtype: str | None = None,
         backend: str = "nccl",
+        delta: DeltaBook | None = None,
     ):
         """`dtype`: the engines' weight dtype, if known: the collective and the object-store fallback
-        carry the weights in it. `backend`: "nccl", or "gloo" (its CPU stand-in, gloo.py)."""
+        carry the weights in it. `backend`: "nccl", or "gloo" (its CPU stand-in, gloo.py). `delta`: sync
+        by patches after a dense anchor (delta.py; gloo only), the fallback keeping the same book."""
         super().__init__(timeout_s, bucket_bytes)
         self.tensor_parallel_size = tensor_parallel_size
         self.dtype = dtype
@@ -158,7 +167,9 @@ class NcclTransport(WeightTransport):
         self._group: tuple[int, ...] | None = None  # engine ids of the open group; None: open one at the next sync
         self._unopened: tuple[int, ...] | None = None  # engine ids a group failed to open for
         self._chunk_bytes = bucket_bytes  # the open group's packed chunk (`chunk_bytes`)
-        self._fallback = ObjectStoreTransport(timeout_s, bucket_bytes, dtype)
+        self.delta = delta
+        self._figures: dict | None = None  # the last broadcast's delta figures (SyncReport.delta)
+        self._fallback = ObjectStoreTransport(timeout_s, bucket_bytes, dtype, delta)
 
     def _open(self, learner, engines: dict[int, object], deadline: float) -> tuple[bool, dict[int, BaseException]]:
         """Open a group for `engines`: (whether it opened, the engines that did not answer in time). Every
@@ -196,6 +207,7 @@ class NcclTransport(WeightTransport):
     def learner_replaced(self) -> None:
         """The group's rank 0 is gone, and with it the group: the next sync opens a new one."""
         self._group = None
+        self._fallback.learner_replaced()
 
     def sync(self, learner, engines: dict[int, object], version: int, adapter_only: bool = False) -> SyncReport:
         if adapter_only:  # factory.py gives a LoRA run the object store
@@ -215,11 +227,14 @@ class NcclTransport(WeightTransport):
             self._group = None  # a rank died or the learner is stuck: this group can never broadcast again
             raise
         if members and checksum:
-            return SyncReport(version, checksum, nbytes, time.monotonic() - start, dead, self.backend)
+            return SyncReport(version, checksum, nbytes, time.monotonic() - start, dead, self.backend, self._figures)
         # No group, or its broadcast failed part-way (a gloo member died): the engines left take the object store.
         others = {e: a for e, a in engines.items() if e not in dead}
         if not others:
             return SyncReport(version, "", 0, time.monotonic() - start, dead, "none")
+        if self.delta is not None:
+            report = self._fallback.sync_delta_by(learner, others, version, deadline)
+            return dataclasses.replace(report, dead={**dead, **report.dead}, seconds=time.monotonic() - start)
         loaded, stored, sent, failed = self._fallback.sync_by(learner, others, version, deadline)
         # `loaded`: the learner's own count, if it is ahead (object_store.py)
         return SyncReport(loaded, stored, sent, time.monotonic() - start, {**dead, **failed}, "object_store")
@@ -249,6 +264,8 @@ class NcclTransport(WeightTransport):
     def _broadcast(self, learner, members: dict[int, object], version: int, deadline: float) -> tuple[str, int, dict]:
         """One collective round to the group's members: (checksum, bytes sent, members that failed); an
         empty checksum if the learner's broadcast failed, when no member's load is to be trusted."""
+        if self.delta is not None:
+            return self._broadcast_delta(learner, members, version, deadline)
         described = learner.weight_metadata.remote(self.dtype)
         metadata = await_round("reading weight metadata", deadline, self.timeout_s, {}, described).learner
         receives = {engine_id: actor.receive_nccl.remote(metadata, version) for engine_id, actor in members.items()}
@@ -260,3 +277,41 @@ class NcclTransport(WeightTransport):
             return "", 0, done.dead
         verify(checksum, version, done.engines)  # NCCL: the versions alone (vLLM's receiver hashes nothing)
         return checksum, nbytes, done.dead
+
+    def _broadcast_delta(self, learner, members: dict[int, object], version: int, deadline: float) -> tuple[str, int, dict]:
+        """`_broadcast` of a delta sync: the patch when every member holds the learner's baseline, else (a
+        broadcast reaches them all) the dense weights as the anchor; members that reject a patch get the
+        dense weights through the object store, in the same sync."""
+        _, dense, _ = self.delta.split(members)
+        prepared = learner.prepare_delta.remote(self.dtype, bool(dense), version)
+        metadata, version, manifest = await_round("preparing a weight patch", deadline, self.timeout_s, {}, prepared).learner
+        receives = {
+            engine_id: actor.receive_nccl.remote(metadata, version, manifest, True) for engine_id, actor in members.items()
+        }
+        sent = learner.nccl_send.remote(self._chunk_bytes, None, True)
+        done = await_round(f"{self.label} weight sync to version {version}", deadline, self.timeout_s, receives, sent)
+        checksum, nbytes = done.learner
+        if checksum is None:  # the learner's broadcast failed (gloo): nothing received can be trusted
+            self._group = None
+            return "", 0, done.dead
+        rejected = sorted(e for e, (_, digest) in done.engines.items() if digest.startswith(REJECTED))
+        accepted = {e: report for e, report in done.engines.items() if e not in rejected}
+        verify(manifest["checksum"] if manifest else checksum, version, accepted)
+        if manifest:
+            self.delta.patched(version, accepted, rejected)
+        else:
+            self.delta.anchored(version, accepted, everyone=True)  # a broadcast reaches every engine of the sync
+        self.delta.forget(done.dead)
+        density = manifest["sent"] / max(1, manifest["elements"]) if manifest else 1.0
+        model_bytes = manifest["nbytes"] if manifest else nbytes
+        self._figures = {"density": density, "dense_resyncs": len(rejected), "model_bytes": model_bytes}
+        if rejected:
+            for engine_id in rejected:
+                why = done.engines[engine_id][1].removeprefix(REJECTED)
+                log.warning(
+                    f"engine {engine_id} rejected the weight patch to version {version} ({why}); it takes the dense weights"
+                )
+            resync = self._fallback.sync_delta_by(learner, {e: members[e] for e in rejected}, version, deadline)
+            nbytes += resync.bytes
+            return (manifest["checksum"] if manifest else checksum), nbytes, {**done.dead, **resync.dead}
+        return (manifest["checksum"] if manifest else checksum), nbytes, done.dead

@@ -18,33 +18,46 @@ checksum of what it handed out. An engine whose load fails is reported in `SyncR
 refuses to generate until replaced. A learner that fails or stalls mid-stream leaves the engines
 half-loaded: their loads are stopped (they refuse to generate, and are replaced) and the learner's
 failure is raised.
+
+With `weight_sync.delta` (delta.py) the same stream carries a patch to the engines that hold the
+learner's baseline (`publish_delta`), then the whole model to the others (new, behind, or rejecting
+the patch) in the same sync.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
+from workers.weights.delta import REJECTED, DeltaBook
 from workers.weights.rounds import await_round, verify
 from workers.weights.transport import LearnerSyncTimeout, SyncReport, WeightTransport
 
+log = logging.getLogger("orchestrator.weights")  # the driver's log (orchestrator/log.py)
 WINDOW = 2  # buckets in flight to each engine: one being copied into its ring, one waiting
 
 
 # Driver side.
 class ObjectStoreTransport(WeightTransport):
-    def __init__(self, timeout_s: float, bucket_bytes: int, dtype: str | None = None):
+    def __init__(self, timeout_s: float, bucket_bytes: int, dtype: str | None = None, delta: DeltaBook | None = None):
         """`dtype`: the engines' weight dtype, if known: floating-point weights travel in it (half the
-        bytes of a float32 learner's, for bfloat16 engines), cast a bucket at a time on the learner."""
+        bytes of a float32 learner's, for bfloat16 engines), cast a bucket at a time on the learner.
+        `delta`: sync by patches after a dense anchor (workers/weights/delta.py)."""
         super().__init__(timeout_s, bucket_bytes)
         self.dtype = dtype
+        self.delta = delta
 
     def sync(self, learner, engines: dict[int, object], version: int, adapter_only: bool = False) -> SyncReport:
         start = time.monotonic()
+        if self.delta is not None and not adapter_only:
+            return self.sync_delta_by(learner, engines, version, start + self.timeout_s)
         version, digest, nbytes, dead = self.sync_by(learner, engines, version, start + self.timeout_s, adapter_only)
         return SyncReport(version, digest, nbytes, time.monotonic() - start, dead, transport="object_store")
 
     def learner_replaced(self) -> None:
-        """Nothing to do: each sync asks the learner actor it is given."""
+        """Each sync asks the learner actor it is given; a new one holds no baseline for patches."""
+        if self.delta is not None:
+            self.delta.base = None
 
     def sync_by(
         self, learner, engines: dict[int, object], version: int, deadline: float, adapter_only: bool = False
@@ -60,7 +73,18 @@ class ObjectStoreTransport(WeightTransport):
         published = learner.publish_weights.remote(self.bucket_bytes, adapter_only, self.dtype)
         headers, nbytes, learner_version = await_round("publishing weights", deadline, self.timeout_s, {}, published).learner
         version = max(version, learner_version)
-        loads = {e: actor.load_weights.remote(headers, version, self.timeout_s) for e, actor in engines.items()}
+        expected, synced, dead = self._stream(learner, engines, headers, version, deadline)
+        if synced:  # else no engine took every bucket, and the learner handed out only some
+            verify(expected, version, synced)
+        return version, expected or "", nbytes, dead
+
+    def _stream(
+        self, learner, engines: dict[int, object], headers: list, version: int, deadline: float, *delta
+    ) -> tuple[str | None, dict, dict]:
+        """The open publication into every engine's load: (the learner's checksum of what it handed out,
+        what each engine that loaded it reports, the engines that failed). `delta`: (manifest, mirror),
+        what a delta sync's loads take besides."""
+        loads = {e: actor.load_weights.remote(headers, version, self.timeout_s, *delta) for e, actor in engines.items()}
         stream = BucketStream(learner, engines, version, len(headers), self.timeout_s)
         try:
             late = stream.run(deadline)
@@ -73,9 +97,56 @@ class ObjectStoreTransport(WeightTransport):
         stream.abort({**late, **done.dead})
         failed = {e: error for e, error in stream.failed.items() if e not in done.dead}  # its load did not say why
         synced = {e: report for e, report in done.engines.items() if e not in failed}
-        if synced:  # else no engine took every bucket, and the learner handed out only some
-            verify(done.learner, version, synced)
-        return version, done.learner or "", nbytes, {**late, **failed, **done.dead}
+        return done.learner, synced, {**late, **failed, **done.dead}
+
+    def sync_delta_by(self, learner, engines: dict[int, object], version: int, deadline: float) -> SyncReport:
+        """A delta sync that ends by `deadline`: a patch to the engines that hold the learner's baseline,
+        then the dense weights to the others (new, replaced, behind, or rejecting the patch), which then
+        hold the new baseline too."""
+        start, book = time.monotonic(), self.delta
+        patched, dense, everyone = book.split(engines)
+        dead, wire, density, checksum, resyncs, model_bytes = {}, 0, 1.0, "", book.dense_resyncs, 0
+        if patched:
+            version, checksum, wire, density, model_bytes, rejected, failed = self._patch(
+                learner, {e: engines[e] for e in patched}, version, deadline
+            )
+            dead.update(failed)
+            dense += [e for e in rejected if e not in dense]
+        if dense:
+            published = learner.publish_delta.remote(self.bucket_bytes, self.dtype, True, version)
+            headers, nbytes, version, _ = await_round("publishing weights", deadline, self.timeout_s, {}, published).learner
+            model_bytes = nbytes
+            expected, synced, failed = self._stream(
+                learner, {e: engines[e] for e in dense}, headers, version, deadline, None, True
+            )
+            if synced:
+                verify(expected, version, synced)
+            book.anchored(version, synced, everyone)
+            book.forget(failed)
+            dead.update(failed)
+            checksum, wire = checksum or expected or "", wire + nbytes
+        delta = {"density": density, "dense_resyncs": book.dense_resyncs - resyncs, "model_bytes": model_bytes}
+        return SyncReport(version, checksum, wire, time.monotonic() - start, dead, "object_store", delta)
+
+    def _patch(self, learner, engines: dict[int, object], version: int, deadline: float) -> tuple:
+        """The patch round: (version, checksum of the weights after it, bytes, density, the model's bytes,
+        engines that rejected it, engines that failed)."""
+        published = learner.publish_delta.remote(self.bucket_bytes, self.dtype, False, version)
+        headers, nbytes, version, manifest = await_round(
+            "publishing a weight patch", deadline, self.timeout_s, {}, published
+        ).learner
+        _, synced, failed = self._stream(learner, engines, headers, version, deadline, manifest, True)
+        rejected = {e: digest for e, (_, digest) in synced.items() if digest.startswith(REJECTED)}
+        for engine_id, why in sorted(rejected.items()):
+            why = why.removeprefix(REJECTED)
+            log.warning(f"engine {engine_id} rejected the weight patch to version {version} ({why}); it takes the dense weights")
+        accepted = {e: report for e, report in synced.items() if e not in rejected}
+        if accepted:
+            verify(manifest["checksum"], version, accepted)
+        self.delta.patched(version, accepted, rejected)
+        self.delta.forget(failed)
+        density = manifest["sent"] / max(1, manifest["elements"])
+        return version, manifest["checksum"], nbytes, density, manifest["nbytes"], sorted(rejected), failed
 
 
 class BucketStream:

@@ -20,6 +20,7 @@ from orchestrator.contracts.engine_death import engine_death_types
 from workers.fences import vllm as fenced_vllm
 from workers.weights import adapters
 from workers.weights.buckets import WeightBucket, checksum
+from workers.weights.delta import REJECTED
 from workers.weights.incoming import IncomingWeights
 from workers.weights.loading import WeightLoads
 
@@ -62,12 +63,17 @@ class EngineWeights:
         has its own deadline, so an engine process that does not answer meanwhile is not wedged."""
         return self.loads.loading or self._loading.locked() or self._joining
 
-    async def load(self, headers: list, version: int, timeout_s: float) -> tuple[int, str]:
+    async def load(
+        self, headers: list, version: int, timeout_s: float, patch: dict | None = None, mirror: bool = False
+    ) -> tuple[int, str]:
         """Pause, load the buckets `feed` passes on as they arrive, resume; requests in flight
         are kept, not dropped. `headers` are the buckets' `WeightBucket.header()`s, in feeding order;
         no bucket may wait longer than `timeout_s` for the one before it. A load that fails (or whose
         workers disagree) raises `WeightLoadFailedError` and never resumes. In a LoRA run the adapter's
-        buckets replace the adapter served (workers/weights/adapters.py)."""
+        buckets replace the adapter served (workers/weights/adapters.py). `patch`: the buckets are a
+        delta with this manifest (delta.py); a patch the workers reject leaves the model and its version
+        as they were, and the checksum returned says why (`REJECTED`). `mirror`: the workers keep a copy of
+        dense weights, for the patches that follow."""
         if version in self._ended:  # the driver gave this load up before it arrived
             raise RuntimeError(f"engine {self.engine_id}: the load of policy version {version} was aborted before it began")
         incoming = IncomingWeights(version, headers, timeout_s, readers=self._readers)
@@ -80,7 +86,10 @@ class EngineWeights:
             async def load() -> str:
                 if incoming.closed:  # aborted while this load waited for the engine to pause
                     raise RuntimeError(f"engine {self.engine_id}: the load of policy version {version} was aborted")
-                base_digest = await self._load_base(incoming.message) if incoming.ring else None
+                message = {**incoming.message, "patch": patch, "mirror": mirror, "version": version} if incoming.ring else None
+                base_digest = await self._load_base(message) if message else None
+                if base_digest and base_digest.startswith(REJECTED):
+                    return base_digest  # nothing was loaded: the model serves on as it was
                 adapter_digest = await self._load_adapter(await incoming.adapter()) if incoming.adapter_count else None
                 await self._llm.update_weight_version(str(version))  # vLLM stamps the tokens sampled from now on
                 return adapters.combined_checksum(base_digest, adapter_digest)
@@ -94,6 +103,8 @@ class EngineWeights:
         finally:
             incoming.close()
             del self._incoming[version]
+        if digest.startswith(REJECTED):
+            return self.policy_version, digest
         self.policy_version = version
         return version, digest
 
@@ -174,24 +185,34 @@ class EngineWeights:
             self._joining = False
         return None
 
-    async def receive_nccl(self, metadata: dict, version: int) -> tuple[int, str]:
+    async def receive_nccl(
+        self, metadata: dict, version: int, patch: dict | None = None, mirror: bool = False
+    ) -> tuple[int, str]:
         """Collective path: the same pause -> load -> resume as `load`, bytes over NCCL or gloo (a receive
         that never completes, because a peer died mid-broadcast, keeps the engine paused). Returns the
-        workers' checksum of what they received (gloo), or `nccl.UNVERIFIED`."""
+        workers' checksum of what they received (gloo), or `nccl.UNVERIFIED`. `patch` and `mirror` as for
+        `load` (gloo only: vLLM's NCCL receiver takes no more than its own update info)."""
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
 
         from workers.weights.nccl import UNVERIFIED
 
+        delta = {"patch": patch, "mirror": mirror, "version": version} if patch is not None or mirror else {}
+
         async def load() -> str:
             await self._llm.start_weight_update()
-            await self._llm.update_weights(WeightTransferUpdateRequest(update_info=metadata))
-            await self._llm.finish_weight_update(weight_version=str(version))
+            await self._llm.update_weights(WeightTransferUpdateRequest(update_info={**metadata, **delta}))
+            await self._llm.finish_weight_update()
             checksums = set(await self._llm.collective_rpc("weight_transfer_checksum"))
             if len(checksums) != 1:
                 raise RuntimeError(f"workers received different weights: {sorted(map(str, checksums))}")
-            return checksums.pop() or UNVERIFIED
+            digest = checksums.pop() or UNVERIFIED
+            if not digest.startswith(REJECTED):
+                await self._llm.update_weight_version(str(version))  # vLLM stamps the tokens sampled from now on
+            return digest
 
         digest = await self.loads.load(version, load)
+        if digest.startswith(REJECTED):  # the model kept its weights (vLLM put back every layer untouched)
+            return self.policy_version, digest
         self.policy_version = version
         return version, digest
 

@@ -49,10 +49,21 @@ class SyncReport:
     seconds: float
     dead: dict[int, BaseException] = dataclasses.field(default_factory=dict)  # engines to replace
     transport: str = "object_store"  # the path the weights took: "nccl", "gloo", "object_store", or "none"
+    delta: dict | None = None  # a delta sync's "density" (share of elements sent), "dense_resyncs", "model_bytes" (delta.py)
 
     def figures(self) -> dict:
-        """The step's `weight_sync/*` metrics."""
-        return {"weight_sync/bytes": self.bytes, "weight_sync/checksum": self.checksum, "weight_sync/transport": self.transport}
+        """The step's `weight_sync/*` metrics; with delta sync, also what share of the weights travelled
+        (`density`), the bytes sent (`wire_bytes`, as `bytes`), the engines resynced dense after
+        rejecting a patch, and the bytes of the weights the engines hold (`model_bytes`)."""
+        figures = {
+            "weight_sync/bytes": self.bytes,
+            "weight_sync/checksum": self.checksum,
+            "weight_sync/transport": self.transport,
+        }
+        if self.delta is not None:
+            figures["weight_sync/wire_bytes"] = self.bytes
+            figures.update({f"weight_sync/{key}": value for key, value in self.delta.items()})
+        return figures
 
 
 class WeightTransport(abc.ABC):

@@ -344,3 +344,44 @@ def test_a_failed_gloo_broadcast_replaces_the_engines_whose_load_failed_and_relo
     report = transport.sync(_learner(faults, nccl_send=faults.answers((None, 1234))), engines, version=3)
     assert list(report.dead) == [1] and reloaded == [0]
     assert report.transport == "object_store" and report.checksum == "c0ffee"
+
+
+def test_an_engine_that_rejects_a_gloo_patch_takes_the_dense_weights_through_the_object_store_in_the_same_sync(faults):
+    """Delta sync over gloo (workers/weights/delta.py): the patch reaches every member of the group; one
+    that rejects it (its copy is not the patch's base, or the checksum after it differs) is sent the
+    dense weights through the object store before the sync ends, and counted."""
+    from workers.weights.delta import REJECTED, DeltaBook
+    from workers.weights.nccl import NcclTransport
+
+    transport = NcclTransport(TIMEOUT_S, 1 << 20, dtype="bfloat16", backend="gloo", delta=DeltaBook(50))
+    manifest = {"checksum": "patched", "sent": 10, "elements": 1000, "nbytes": 2000}
+    metadata = {"names": ["w"], "dtype_names": ["bfloat16"], "shapes": [[4]]}
+    learner = _learner(
+        faults,
+        prepare_delta=faults.answers(lambda dtype, anchor, version: (metadata, version, None if anchor else manifest)),
+        publish_delta=faults.answers(lambda bucket_bytes, dtype, anchor, version: ([], 8, version, None)),
+        nccl_send=faults.answers(("c0ffee", 1234)),
+    )
+    dense = []
+
+    def rejects(metadata, version, patch, mirror):
+        return (version, "c0ffee") if patch is None else (version - 1, REJECTED + "it holds no weights")
+
+    engines = {
+        0: _engine(
+            faults, receive_nccl=faults.answers(lambda m, v, patch, mirror: (v, patch["checksum"] if patch else "c0ffee"))
+        ),
+        1: _engine(
+            faults,
+            receive_nccl=faults.answers(rejects),
+            load_weights=faults.answers(
+                lambda headers, version, timeout_s, *delta: dense.append((version, delta)) or (version, "c0ffee")
+            ),
+        ),
+    }
+    anchor = transport.sync(learner, engines, version=3)  # the group opens; the first sync is the dense anchor
+    patch = transport.sync(learner, engines, version=4)
+    assert anchor.delta["density"] == 1.0 and anchor.transport == patch.transport == "gloo"
+    assert patch.dead == {} and patch.delta == {"density": 0.01, "dense_resyncs": 1, "model_bytes": 2000}
+    assert dense == [(4, (None, True))]  # the dense weights, kept as the engine's copy for the next patches
+    assert transport.delta.held == {0: 4, 1: 4} and patch.bytes == 1234 + 8

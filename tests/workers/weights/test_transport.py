@@ -7,20 +7,6 @@ import pytest
 pytestmark = pytest.mark.engines
 
 
-@pytest.fixture(scope="module")
-def learner(tiny, ray_session):
-    import ray
-
-    from orchestrator.config.train import TrainConfig
-    from workers.learner.actor import Learner
-
-    config = TrainConfig(num_generations=2, prompts_per_step=1, max_steps=1)
-    actor = ray.remote(Learner).options(num_cpus=0).remote(config, str(tiny.model_dir), str(tiny.tokenizer_dir))
-    ray.get(actor.start.remote())
-    yield actor
-    ray.kill(actor)
-
-
 def test_every_engine_reports_the_version_and_checksum_sent(pool, learner):
     import ray
 
