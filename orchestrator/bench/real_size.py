@@ -1,15 +1,15 @@
 """A real model's size on this node (`python -m orchestrator bench --only real-size`): Qwen2.5-0.5B's
 architecture at full size (494M parameters, random weights built locally: orchestrator/bench/model.py)
 trains a few steps of 2 prompts x 4 samples x 16 tokens (`rollout.max_model_len` 512,
-`learner.micro_batch_size` 4, TRL's learning rate 1e-6; rewarded by `even_tokens`, so that every step
-changes the weights)
-while the node's memory is sampled (orchestrator/bench/node_memory.py). Three times: with the
-engines' CPU default (float32 weights, as the learner's), with bfloat16 engines, as on GPUs (the
-weights then travel as bfloat16), and with bfloat16 engines synced by patches (`weight_sync.delta:
-on`: after the engines' first weights, only the elements that changed travel), each in a fresh
-process: a process that ran Ray keeps the object store's pages mapped after Ray shuts down. Prints,
-for each, the node's peak with what held it, each component's own peak, and the weight sync's bytes
-and time after the first step, against a memory copy of the model the engines hold.
+`learner.micro_batch_size` 4, TRL's learning rate 1e-6; rewarded by `even_tokens`, so that every
+step changes the weights) while the node's memory is sampled (orchestrator/bench/node_memory.py).
+Three times: with the engines' CPU default (float32 weights, as the learner's), with bfloat16
+engines, as on GPUs (the weights then travel as bfloat16), and with bfloat16 engines synced by
+patches (`weight_sync.delta: on`: after the engines' first weights, only the elements that changed
+travel), each in a fresh process: a process that ran Ray keeps the object store's pages mapped after
+Ray shuts down. Prints, for each, the node's peak with what held it, each component's own peak, and
+the weight sync's bytes and time after the first step, against a memory copy of the model the
+engines hold.
 
     python -m orchestrator.bench.real_size --model DIR --steps 3 --engine-dtype bfloat16 --delta on --out F   # one run
 """

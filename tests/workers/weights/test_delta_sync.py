@@ -129,3 +129,31 @@ def test_an_engine_that_missed_a_version_gets_the_dense_weights_and_the_others_a
     assert both.dead == {} and transport.delta.held == {first: version + 2, second: version + 2}
     assert dense < both.bytes < dense * 1.2  # the dense weights (to the second) and a patch (to the first)
     assert both.delta["dense_resyncs"] == 0  # behind is not a rejection
+
+
+def test_a_gloo_patch_an_engine_cannot_take_leaves_its_model_untouched_and_it_takes_the_whole_model(pool, learner, tiny):
+    """The second engine's copy is made to hold another version than the learner's baseline behind the
+    gloo transport's back: it rejects the broadcast patch (vLLM puts back each layer it paused), and gets
+    the whole model through the object store in the same sync; the first engine takes the patch."""
+    import ray
+
+    from workers.weights.delta import DeltaBook
+    from workers.weights.object_store import ObjectStoreTransport
+
+    gloo, engines = _transport("gloo"), dict(pool.engines.actors)
+    first, second = sorted(engines)
+    version = ray.get(learner.publish_delta.remote(BUCKET_BYTES, "bfloat16", True, 0))[2]
+    ray.get(learner.published_checksum.remote())
+    gloo.sync(learner, engines, version)  # both engines' copies: `version`
+    ray.get(learner.train_step.remote(_step_batch(tiny)))
+    side = ObjectStoreTransport(timeout_s=120, bucket_bytes=BUCKET_BYTES, dtype="bfloat16", delta=DeltaBook(50))
+    side.delta.base, side.delta.held = version, {first: version}
+    side.sync(learner, {first: engines[first]}, version + 1)  # the first engine and the learner's baseline move on
+    ray.get(learner.train_step.remote(_step_batch(tiny)))
+    report = gloo.sync(learner, engines, version + 2)  # a patch against version + 1: the second holds `version`
+    assert report.dead == {} and report.transport == "gloo" and report.delta["dense_resyncs"] == 1
+    assert gloo.delta.held == {first: version + 2, second: version + 2}
+    assert [ray.get(engines[e].policy_version.remote()) for e in (first, second)] == [version + 2] * 2
+    ray.get(learner.train_step.remote(_step_batch(tiny)))
+    again = gloo.sync(learner, engines, version + 3)  # both hold the baseline again: a patch for both
+    assert again.delta["dense_resyncs"] == 0 and again.delta["density"] < 0.2
