@@ -22,6 +22,7 @@ from orchestrator.learner.group import LearnerGroup
 from orchestrator.learner.weights import PolicyWeights
 from orchestrator.log import log
 from orchestrator.placement.colocation import Colocation, learner_within_its_share
+from orchestrator.placement.placement import one_node
 from orchestrator.rewards import models as reward_models
 from orchestrator.rewards.models import RewardModelServers
 from orchestrator.rollout.fleet import EngineFleet, one_cpu_node
@@ -208,7 +209,7 @@ def _start_engines(
         log.warning(warning)
     # Through the object store each engine loads the weights as it is admitted; on the collective path
     # (NCCL, gloo) one group spans every engine, so they are all admitted first and synced together.
-    transport = _transport(config, cluster.device, colocated=colocation is not None, one_node=_one_node())
+    transport = _transport(config, cluster.device, colocated=colocation is not None, one_node=one_node())
     together = transport.collective
     weights = PolicyWeights(learner, transport, policy_version, first_sync_together=together, adapter=config.lora is not None)
     longest_prompt = max_prompt_tokens or config.max_prompt_length or 0
@@ -283,13 +284,6 @@ def _tokens_per_sample(config: TrainConfig, longest_prompt: int, model_config: d
     if config.agent is not None and declared:
         return declared
     return longest_prompt + config.max_completion_length
-
-
-def _one_node() -> bool:
-    """Whether the Ray cluster is one machine (weight sync then crosses no network)."""
-    import ray
-
-    return sum(1 for node in ray.nodes() if node["Alive"]) == 1
 
 
 def _transport(config, device: str, colocated: bool = False, one_node: bool = True):

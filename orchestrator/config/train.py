@@ -52,8 +52,8 @@ class WeightSyncConfig(StrictModel):
         "that differs) gets the dense weights in the same sync. The learner and each engine keep a copy of the weights "
         "for it (host memory, the engines' dtype). auto: on where the engines hold a narrower dtype than the learner "
         "trains in (rollout.dtype bfloat16 or float16 beside a float32 learner: most elements do not change from one "
-        "step to the next), backend is object_store or gloo, and the cluster has more than one node (the bytes cross a "
-        "network); off otherwise: float32 engines see every element change, and on one node a patch saves no time. "
+        "step to the next), backend is object_store or gloo, and the cluster has more than one node when the run "
+        "starts (the bytes cross a network); off otherwise: float32 engines see every element change, and on one node a patch saves no time. "
         "nccl sends whole models; a LoRA run sends its adapter alone.",
     )
     anchor_every: int = Field(50, ge=1, description="With delta sync: a dense sync of every engine after this many patches.")

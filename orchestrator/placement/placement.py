@@ -108,6 +108,13 @@ def detect() -> Placement:
     return Placement("local")
 
 
+def one_node() -> bool:
+    """Whether the Ray cluster is this machine alone (as it is when the call is made)."""
+    import ray
+
+    return [node["NodeID"] for node in ray.nodes() if node["Alive"]] == [ray.get_runtime_context().get_node_id()]
+
+
 def draining_nodes() -> dict[str, float]:
     """Node id (hex) -> the time by which Ray may end it, for every node Ray is draining
     (workers/fences/ray.py). Drains are acted on at best effort: when Ray cannot be asked, this warns and

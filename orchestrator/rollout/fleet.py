@@ -442,8 +442,6 @@ def _core_slots(cluster, config: RolloutConfig, learner_cores: int) -> CoreSlots
 
 def one_cpu_node(cluster) -> bool:
     """Whether the cluster is this machine alone, without GPUs: engines and learner share its cores."""
-    import ray
+    from orchestrator.placement.placement import one_node
 
-    if cluster.device != "cpu" or cluster.placement.mode != "local":
-        return False
-    return [node["NodeID"] for node in ray.nodes() if node["Alive"]] == [ray.get_runtime_context().get_node_id()]
+    return cluster.device == "cpu" and cluster.placement.mode == "local" and one_node()

@@ -28,12 +28,14 @@ nothing can be patched in place there: the engine's vLLM worker reloads every we
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported where tensors are handled: the driver, which only keeps the book, runs without it
     import torch
 
+log = logging.getLogger("orchestrator.weights")  # the driver's log (orchestrator/log.py)
 INDICES, VALUES = "#delta.indices", "#delta.values"  # a patch's two tensors on the wire: NAME + INDICES, NAME + VALUES
 REJECTED = "rejected: "  # how a worker's checksum reply says it did not apply a patch, and why
 MAX_SPARSE_NUMEL = 2**31 - 1  # int32 flat indices (vLLM's sparse patches take int32)
@@ -85,10 +87,11 @@ def full_checksum(weights: dict[str, torch.Tensor], names: Iterable[str]) -> str
     return digest.hexdigest()
 
 
-def changed(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor | None:
-    """The flat int32 indices where `new`'s bits differ from `old`'s, or None when the dense tensor is
-    smaller on the wire (or the tensor cannot be a patch: not floating point, too large for int32
-    indices, or a NaN among its new values, which vLLM's sparse loader reads as "unchanged")."""
+def changed(old: torch.Tensor, new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The flat int32 indices where `new`'s bits differ from `old`'s and `new`'s values there, or None
+    when the dense tensor is smaller on the wire (or the tensor cannot be a patch: not floating point,
+    too large for int32 indices, or a NaN among its new values, which vLLM's sparse loader reads as
+    "unchanged")."""
     import torch
 
     if not new.is_floating_point() or new.numel() > MAX_SPARSE_NUMEL or old.shape != new.shape or old.dtype != new.dtype:
@@ -97,9 +100,10 @@ def changed(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor | None:
     indices = torch.nonzero(old.reshape(-1).view(bits) != new.reshape(-1).view(bits)).squeeze(1)
     if indices.numel() * (4 + new.element_size()) >= new.numel() * new.element_size():
         return None
-    if torch.isnan(new.reshape(-1)[indices]).any():
+    values = new.reshape(-1)[indices]
+    if torch.isnan(values).any():
         return None
-    return indices.to(torch.int32)
+    return indices.to(torch.int32), values
 
 
 class DeltaEncoder:
@@ -131,13 +135,13 @@ class DeltaEncoder:
             new, old = self._as_sent(tensor), self.weights[name]
             elements += new.numel()
             nbytes += new.numel() * new.element_size()
-            indices = changed(old, new)
-            if indices is None:
+            patch = changed(old, new)
+            if patch is None:
                 old.copy_(new)
                 wire.append((name, old))
                 sent += new.numel()
                 continue
-            values = new.reshape(-1)[indices.long()]
+            indices, values = patch
             old.view(-1)[indices.long()] = values
             wire += [(name + INDICES, indices), (name + VALUES, values)]
             sparse[name] = tuple(new.shape)
@@ -171,8 +175,12 @@ class Mirror:
         then stamps the copy. Until then it is no version: a load that fails part-way leaves none."""
         self.start()
         for name, tensor in named:
-            self.weights[name] = tensor
+            self.keep([(name, tensor)])
             yield name, tensor
+
+    def keep(self, named: list[tuple[str, torch.Tensor]]) -> None:
+        """Some of a dense load's tensors, as they load (after `start`)."""
+        self.weights.update(named)
 
     def start(self) -> None:
         """A dense load begins: the copy is emptied, and is no version until `loaded`."""
@@ -260,3 +268,22 @@ class DeltaBook:
         """Engines gone, or whose load failed: their copies are unknown."""
         for engine_id in engines:
             self.held.pop(engine_id, None)
+
+
+def rejections(reports: dict[int, tuple[int, str]], version: int) -> list[int]:
+    """The engines whose (version, checksum) report says they rejected the patch to `version`, each
+    logged with why: they take the dense weights in the same sync."""
+    rejected = sorted(e for e, (_, digest) in reports.items() if digest.startswith(REJECTED))
+    for engine_id in rejected:
+        why = reports[engine_id][1].removeprefix(REJECTED)
+        log.warning(f"engine {engine_id} rejected the weight patch to version {version} ({why}); it takes the dense weights")
+    return rejected
+
+
+def figures(manifest: dict | None, dense_bytes: int, dense_resyncs: int) -> dict:
+    """A delta sync's `SyncReport.delta`: the patch's density and the model's bytes, or for a sync that
+    sent only whole models, density 1 and their bytes."""
+    if manifest is None:
+        return {"density": 1.0, "dense_resyncs": dense_resyncs, "model_bytes": dense_bytes}
+    patch = Manifest.from_dict(manifest)
+    return {"density": patch.density, "dense_resyncs": dense_resyncs, "model_bytes": patch.nbytes}

@@ -33,15 +33,15 @@ def make_transport(
 ) -> WeightTransport:
     """`dtype`: the engines' weight dtype, if known; the weights travel in it. `anchor_every`: sync by
     patches, with a dense anchor after this many (delta.py; the object store's and gloo's paths)."""
+    from workers.weights.delta import DeltaBook
+
     backend = chosen_backend(device, backend, lora)
+    patched = anchor_every is not None and not lora and backend in ("object_store", "gloo")
+    delta = DeltaBook(anchor_every) if patched else None
     if backend == "object_store":
-        from workers.weights.delta import DeltaBook
         from workers.weights.object_store import ObjectStoreTransport
 
-        delta = DeltaBook(anchor_every) if anchor_every is not None and not lora else None
         return ObjectStoreTransport(timeout_s, bucket_bytes, dtype, delta)
-    from workers.weights.delta import DeltaBook
     from workers.weights.nccl import NcclTransport
 
-    delta = DeltaBook(anchor_every) if anchor_every is not None and backend == "gloo" else None
     return NcclTransport(timeout_s, bucket_bytes, tensor_parallel_size, dtype, backend=backend, delta=delta)

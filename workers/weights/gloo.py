@@ -185,7 +185,7 @@ class GlooWeightTransferEngine(NCCLWeightTransferEngine):
         MIRROR.start()
 
         def recorded(tensors: list) -> None:
-            MIRROR.weights.update(tensors)
+            MIRROR.keep(tensors)
             load(tensors)
 
         return recorded

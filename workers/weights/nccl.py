@@ -42,7 +42,7 @@ import logging
 import time
 
 from orchestrator.contracts.engine_death import reason
-from workers.weights.delta import REJECTED, DeltaBook
+from workers.weights.delta import DeltaBook, figures, rejections
 from workers.weights.object_store import ObjectStoreTransport
 from workers.weights.rounds import await_round, verify
 from workers.weights.transport import SyncReport, WeightTransport
@@ -283,6 +283,7 @@ class NcclTransport(WeightTransport):
         broadcast reaches them all) the dense weights as the anchor; members that reject a patch get the
         dense weights through the object store, in the same sync."""
         _, dense, _ = self.delta.split(members)
+        resyncs = self.delta.dense_resyncs
         prepared = learner.prepare_delta.remote(self.dtype, bool(dense), version)
         metadata, version, manifest = await_round("preparing a weight patch", deadline, self.timeout_s, {}, prepared).learner
         receives = {
@@ -294,24 +295,17 @@ class NcclTransport(WeightTransport):
         if checksum is None:  # the learner's broadcast failed (gloo): nothing received can be trusted
             self._group = None
             return "", 0, done.dead
-        rejected = sorted(e for e, (_, digest) in done.engines.items() if digest.startswith(REJECTED))
+        checksum = manifest["checksum"] if manifest else checksum
+        rejected = rejections(done.engines, version)
         accepted = {e: report for e, report in done.engines.items() if e not in rejected}
-        verify(manifest["checksum"] if manifest else checksum, version, accepted)
+        verify(checksum, version, accepted)
         if manifest:
             self.delta.patched(version, accepted, rejected)
         else:
             self.delta.anchored(version, accepted, everyone=True)  # a broadcast reaches every engine of the sync
         self.delta.forget(done.dead)
-        density = manifest["sent"] / max(1, manifest["elements"]) if manifest else 1.0
-        model_bytes = manifest["nbytes"] if manifest else nbytes
-        self._figures = {"density": density, "dense_resyncs": len(rejected), "model_bytes": model_bytes}
-        if rejected:
-            for engine_id in rejected:
-                why = done.engines[engine_id][1].removeprefix(REJECTED)
-                log.warning(
-                    f"engine {engine_id} rejected the weight patch to version {version} ({why}); it takes the dense weights"
-                )
-            resync = self._fallback.sync_delta_by(learner, {e: members[e] for e in rejected}, version, deadline)
-            nbytes += resync.bytes
-            return (manifest["checksum"] if manifest else checksum), nbytes, {**done.dead, **resync.dead}
-        return (manifest["checksum"] if manifest else checksum), nbytes, done.dead
+        self._figures = figures(manifest, nbytes, self.delta.dense_resyncs - resyncs)
+        if not rejected:
+            return checksum, nbytes, done.dead
+        resync = self._fallback.sync_delta_by(learner, {e: members[e] for e in rejected}, version, deadline)
+        return checksum, nbytes + resync.bytes, {**done.dead, **resync.dead}

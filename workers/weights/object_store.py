@@ -26,14 +26,12 @@ the patch) in the same sync.
 
 from __future__ import annotations
 
-import logging
 import time
 
-from workers.weights.delta import REJECTED, DeltaBook
+from workers.weights.delta import DeltaBook, figures, rejections
 from workers.weights.rounds import await_round, verify
 from workers.weights.transport import LearnerSyncTimeout, SyncReport, WeightTransport
 
-log = logging.getLogger("orchestrator.weights")  # the driver's log (orchestrator/log.py)
 WINDOW = 2  # buckets in flight to each engine: one being copied into its ring, one waiting
 
 
@@ -105,17 +103,15 @@ class ObjectStoreTransport(WeightTransport):
         hold the new baseline too."""
         start, book = time.monotonic(), self.delta
         patched, dense, everyone = book.split(engines)
-        dead, wire, density, checksum, resyncs, model_bytes = {}, 0, 1.0, "", book.dense_resyncs, 0
+        dead, wire, checksum, manifest, model_bytes, resyncs = {}, 0, "", None, 0, book.dense_resyncs
         if patched:
-            version, checksum, wire, density, model_bytes, rejected, failed = self._patch(
-                learner, {e: engines[e] for e in patched}, version, deadline
-            )
+            version, manifest, wire, rejected, failed = self._patch(learner, {e: engines[e] for e in patched}, version, deadline)
+            checksum = manifest["checksum"]
             dead.update(failed)
             dense += [e for e in rejected if e not in dense]
         if dense:
             published = learner.publish_delta.remote(self.bucket_bytes, self.dtype, True, version)
-            headers, nbytes, version, _ = await_round("publishing weights", deadline, self.timeout_s, {}, published).learner
-            model_bytes = nbytes
+            headers, model_bytes, version, _ = await_round("publishing weights", deadline, self.timeout_s, {}, published).learner
             expected, synced, failed = self._stream(
                 learner, {e: engines[e] for e in dense}, headers, version, deadline, None, True
             )
@@ -124,29 +120,24 @@ class ObjectStoreTransport(WeightTransport):
             book.anchored(version, synced, everyone)
             book.forget(failed)
             dead.update(failed)
-            checksum, wire = checksum or expected or "", wire + nbytes
-        delta = {"density": density, "dense_resyncs": book.dense_resyncs - resyncs, "model_bytes": model_bytes}
+            checksum, wire = checksum or expected or "", wire + model_bytes
+        delta = figures(manifest, model_bytes, book.dense_resyncs - resyncs)
         return SyncReport(version, checksum, wire, time.monotonic() - start, dead, "object_store", delta)
 
     def _patch(self, learner, engines: dict[int, object], version: int, deadline: float) -> tuple:
-        """The patch round: (version, checksum of the weights after it, bytes, density, the model's bytes,
-        engines that rejected it, engines that failed)."""
+        """The patch round: (version, the patch's manifest, bytes, engines that rejected it, engines that failed)."""
         published = learner.publish_delta.remote(self.bucket_bytes, self.dtype, False, version)
         headers, nbytes, version, manifest = await_round(
             "publishing a weight patch", deadline, self.timeout_s, {}, published
         ).learner
         _, synced, failed = self._stream(learner, engines, headers, version, deadline, manifest, True)
-        rejected = {e: digest for e, (_, digest) in synced.items() if digest.startswith(REJECTED)}
-        for engine_id, why in sorted(rejected.items()):
-            why = why.removeprefix(REJECTED)
-            log.warning(f"engine {engine_id} rejected the weight patch to version {version} ({why}); it takes the dense weights")
+        rejected = rejections(synced, version)
         accepted = {e: report for e, report in synced.items() if e not in rejected}
         if accepted:
             verify(manifest["checksum"], version, accepted)
         self.delta.patched(version, accepted, rejected)
         self.delta.forget(failed)
-        density = manifest["sent"] / max(1, manifest["elements"])
-        return version, manifest["checksum"], nbytes, density, manifest["nbytes"], sorted(rejected), failed
+        return version, manifest, nbytes, rejected, failed
 
 
 class BucketStream:

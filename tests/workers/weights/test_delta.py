@@ -89,7 +89,7 @@ def test_changed_elements_are_found_by_their_bits():
     old = torch.tensor([0.0, 1.0, 2.0, 3.0] * 4, dtype=torch.bfloat16)
     new = old.clone()
     new[0] = -0.0  # equal as numbers, different bits: an engine must get the learner's bits
-    assert changed(old, new).tolist() == [0] and changed(old, old.clone()).tolist() == []
+    assert changed(old, new)[0].tolist() == [0] and changed(old, old.clone())[0].tolist() == []
     new[5] = float("nan")  # NaN means "unchanged" to vLLM's sparse loader: such a tensor goes dense
     assert changed(old, new) is None
     assert changed(old, new.add(1)) is None  # every element changed: dense is smaller

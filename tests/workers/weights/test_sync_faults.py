@@ -350,11 +350,11 @@ def test_an_engine_that_rejects_a_gloo_patch_takes_the_dense_weights_through_the
     """Delta sync over gloo (workers/weights/delta.py): the patch reaches every member of the group; one
     that rejects it (its copy is not the patch's base, or the checksum after it differs) is sent the
     dense weights through the object store before the sync ends, and counted."""
-    from workers.weights.delta import REJECTED, DeltaBook
+    from workers.weights.delta import REJECTED, DeltaBook, Manifest
     from workers.weights.nccl import NcclTransport
 
     transport = NcclTransport(TIMEOUT_S, 1 << 20, dtype="bfloat16", backend="gloo", delta=DeltaBook(50))
-    manifest = {"checksum": "patched", "sent": 10, "elements": 1000, "nbytes": 2000}
+    manifest = Manifest(3, 4, ("w",), {"w": (4,)}, "patched", elements=1000, sent=10, nbytes=2000).as_dict()
     metadata = {"names": ["w"], "dtype_names": ["bfloat16"], "shapes": [[4]]}
     learner = _learner(
         faults,
