@@ -148,10 +148,12 @@ def pretrained_llama(
     bos_id: int | None,
     pad_id: int,
     config_pad_id: int | None = None,
+    max_positions: int = 256,
 ):
     """A Llama of `spec`'s shape (hidden_size, intermediate_size, num_layers, num_heads, seed, and
     the pre-training fields), seeded and pre-trained on `sequences`, bit for bit the same on any
-    machine. `pad_id` pads the pre-training batches; `config_pad_id` goes into the model config."""
+    machine. `pad_id` pads the pre-training batches; `config_pad_id` goes into the model config;
+    `max_positions` is its context."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -162,7 +164,7 @@ def pretrained_llama(
         num_hidden_layers=spec.num_layers,
         num_attention_heads=spec.num_heads,
         num_key_value_heads=spec.num_heads,
-        max_position_embeddings=256,
+        max_position_embeddings=max_positions,
         bos_token_id=bos_id,
         eos_token_id=eos_id,
         pad_token_id=config_pad_id,

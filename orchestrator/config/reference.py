@@ -31,7 +31,7 @@ TRL_SAME_NAME = frozenset(
     "vllm_importance_sampling_correction vllm_importance_sampling_mode vllm_importance_sampling_clip_max "
     "vllm_importance_sampling_clip_min off_policy_mask_threshold scale_rewards max_grad_norm warmup_steps "
     "lr_scheduler_type seed max_steps reward_weights eval_steps report_to top_p top_k output_dir save_steps "
-    "save_total_limit vllm_mode vllm_gpu_memory_utilization".split()
+    "save_total_limit vllm_mode vllm_gpu_memory_utilization max_tool_calling_iterations".split()
 )
 # Nested keys whose GRPOConfig field has another name (the same setting by TRL's help text).
 TRL_OTHER_NAME = {

@@ -27,15 +27,25 @@ def from_config_folder(data: dict, model: type[BaseModel], folder: Path) -> dict
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         kind, value = extra.get("relative_path"), out[name]
         if kind is not None:
-            out[name] = (
-                [_resolve(item, kind, folder) for item in value] if isinstance(value, list) else _resolve(value, kind, folder)
-            )
+            out[name] = _marked_from_config_folder(value, kind, section_model(field.annotation), folder)
         elif (section := section_model(field.annotation)) is not None:
             if typing.get_origin(field.annotation) is dict and isinstance(value, dict):  # named sections (`judges`)
                 out[name] = {key: _section_from_config_folder(item, section, folder) for key, item in value.items()}
             else:
                 out[name] = _section_from_config_folder(value, section, folder)
     return out
+
+
+def _marked_from_config_folder(value, kind: str, section: type[BaseModel] | None, folder: Path):
+    """A marked field's value: a path or spec, a list of them (whose mappings are `section`s, as `tools`' text-tag
+    entries), or a mapping of names to them (`environment_factory`)."""
+    if isinstance(value, list):
+        return [_marked_from_config_folder(item, kind, section, folder) for item in value]
+    if isinstance(value, dict):
+        if section is not None:
+            return from_config_folder(value, section, folder)
+        return {key: _resolve(item, kind, folder) for key, item in value.items()}
+    return _resolve(value, kind, folder)
 
 
 def _section_from_config_folder(value, section: type[BaseModel], folder: Path):

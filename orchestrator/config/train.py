@@ -241,9 +241,35 @@ class TrainConfig(GRPOSettings):
     include_stop_str_in_output: bool = Field(True, description="Keep the stop string at the end of the completion.")
     ignore_eos: bool = Field(False, description="Do not stop at EOS (benchmarks only).")
     skip_special_tokens: bool = Field(False, description="Drop special tokens from completion text.")
-    # Tools (multi-turn rollouts; see contracts/tools.py)
-    tools: list[ToolConfig] = Field(
-        default_factory=list, description="Tools the model may call: [{name, fn, begin, end, timeout_s}]."
+    # Tools: TRL's (functions called through the chat template; contracts/environments.py) or text tags (contracts/tools.py)
+    tools: list[ToolConfig | str] = Field(
+        default_factory=list,
+        description="Tools the model may call, in one of two forms. TRL's: a list of Python functions "
+        "['path/file.py:name', 'package.module:name', ...], each described to the model by its type hints and "
+        "docstring through the chat template, its calls parsed from the model's replies (conversational prompts and a "
+        "tool-calling chat template needed). Text tags: [{name, fn, begin, end, timeout_s}], a call being the text "
+        "between two tags (the engine's own loop; max_turns and the observation settings below).",
+        json_schema_extra=SPEC,
+    )
+    environment_factory: str | dict[str, str] | None = Field(
+        None,
+        description="TRL's environment_factory: an environment class ('path/file.py:Class', 'package.module:Class' or "
+        "'builtin:NAME') with reset(**columns) and public methods that are the model's tools, one instance per sample "
+        "in flight, reused through reset; or {name: class, ...}, each prompt's 'environment' column naming its own. A "
+        "class's get_reward() is one more reward, named after the class, with weight 1.",
+        json_schema_extra=SPEC,
+    )
+    max_tool_calling_iterations: int | None = Field(
+        None,
+        ge=0,
+        description="TRL's: rounds of tool calls per sample with tools: [file.py:fn] or environment_factory; null: "
+        "until max_completion_length.",
+    )
+    tool_call_timeout_s: float = Field(
+        60.0,
+        gt=0.0,
+        description="With tools: [file.py:fn] or environment_factory: one tool call's deadline (its result is then an "
+        "error the model sees), and that of an environment's reset and get_reward (the sample then fails).",
     )
     max_turns: int = Field(4, ge=1, description="Model turns per sample: at most max_turns - 1 tool calls are run.")
     max_observation_tokens: int = Field(64, ge=1, description="A tool result longer than this (in tokens) is truncated.")
@@ -352,7 +378,7 @@ class TrainConfig(GRPOSettings):
                 f"reward_funcs names {twice[0]!r} twice (a reward model is named by the last part of its path or id, "
                 f"as in TRL): each entry's scores are recorded as rewards/<name>, so each needs a name of its own"
             )
-        if not self.reward_funcs:
+        if not self.reward_funcs and self.environment_factory is None:
             raise ValueError("reward_funcs is empty: at least one reward function is needed")
         if self.eval_temperature == 0 and self.eval_num_generations > 1:  # vLLM refuses n > 1 when greedy
             raise ValueError(
@@ -378,7 +404,7 @@ class TrainConfig(GRPOSettings):
                 "adapter rank the engines serve: raise rollout.max_lora_rank or lower lora.r"
             )
         for key in ("name", "end"):
-            values = [getattr(tool, key) for tool in self.tools]
+            values = [getattr(tool, key) for tool in self.text_tools]
             repeated = sorted({v for v in values if values.count(v) > 1})
             if repeated:
                 raise ValueError(f"tools: two tools share the {key} {repeated[0]!r}; each needs its own")
@@ -389,7 +415,37 @@ class TrainConfig(GRPOSettings):
     def _agent_reward_by_default(cls, data):
         if isinstance(data, dict) and data.get("agent") and "reward_funcs" not in data:
             return {**data, "reward_funcs": ["builtin:agent_reward"]}
+        if isinstance(data, dict) and data.get("environment_factory") and "reward_funcs" not in data:
+            return {**data, "reward_funcs": []}  # the environments' get_reward (TRL: reward_funcs optional then)
         return data
+
+    @property
+    def text_tools(self) -> list[ToolConfig]:
+        """The text-tag tools (the engine's own loop)."""
+        return [tool for tool in self.tools if isinstance(tool, ToolConfig)]
+
+    @property
+    def function_tools(self) -> list[str]:
+        """TRL's tools: functions called through the chat template."""
+        return [tool for tool in self.tools if isinstance(tool, str)]
+
+    @model_validator(mode="after")
+    def _check_tool_forms(self) -> TrainConfig:
+        if self.text_tools and self.function_tools:
+            raise ValueError(
+                "tools mixes TRL's form (file.py:fn) with text tags ({name, fn, begin, end}): the first are called through "
+                "the chat template, the others between tags; use one form"
+            )
+        if self.text_tools and self.environment_factory is not None:
+            raise ValueError(
+                "environment_factory with text-tag tools: an environment's tools are called through the chat template; "
+                "give its extra tools in TRL's form (tools: [file.py:fn]) or drop them"
+            )
+        if self.agent is not None and self.environment_factory is not None:
+            raise ValueError("agent with environment_factory: an agent runs its own tools and state; keep one of them")
+        if isinstance(self.environment_factory, dict) and not self.environment_factory:
+            raise ValueError("environment_factory is an empty mapping: name at least one environment class")
+        return self
 
     @model_validator(mode="after")
     def _check_agent(self) -> TrainConfig:
@@ -414,14 +470,14 @@ class TrainConfig(GRPOSettings):
     def tool_use(self) -> ToolUse | None:
         """What the engines need for tool calls, the tools' files included as this process first read
         them (on the driver: when the run was checked), so every call everywhere runs that copy."""
-        if not self.tools:
+        if not self.text_tools:
             return None
         return ToolUse(
-            tools=self.tools,
+            tools=self.text_tools,
             max_turns=self.max_turns,
             max_observation_tokens=self.max_observation_tokens,
             error_observation=self.tool_error_observation,
-            files=user_functions.ship({tool.fn: f"tools[{index}].fn" for index, tool in enumerate(self.tools)}),
+            files=user_functions.ship({tool.fn: f"tools[{index}].fn" for index, tool in enumerate(self.text_tools)}),
         )
 
     def sampling(self) -> SamplingConfig:

@@ -23,11 +23,16 @@ TOOLS = {  # tools[].fn
     "lookup": "orchestrator.builtin.lookup_task:lookup",
 }
 
+ENVIRONMENTS = {  # environment_factory: classes
+    "lookup": "orchestrator.builtin.lookup_environment:LookupEnvironment",
+}
+
 PROMPTS = {  # prompts, eval_prompts: functions returning records ({"prompt": ..., other columns})
     "search": "orchestrator.builtin.search_task:records",
     "lookup": "orchestrator.builtin.lookup_task:records",
     "arithmetic": "orchestrator.builtin.arithmetic_task:records",
     "arithmetic_eval": "orchestrator.builtin.arithmetic_task:eval_records",
+    "lookup_environment": "orchestrator.builtin.lookup_environment:records",
 }
 
-MODELS = ("search", "lookup", "chat")  # model: tiny models built locally (orchestrator/models.py)
+MODELS = ("search", "lookup", "chat", "tool-chat")  # model: tiny models built locally (orchestrator/models.py)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from orchestrator.contracts.agents import AgentUse
+from orchestrator.contracts.environments import EnvironmentUse
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
 
@@ -24,7 +25,11 @@ class GroupRequest:
     sampling: SamplingConfig
     tools: ToolUse | None = None  # multi-turn: run tool calls and continue (workers/rollout/multi_turn.py)
     agent: AgentUse | None = None  # agent sessions (workers/agents/): the user's program makes the calls
-    agent_inputs: dict | None = None  # with `agent`: its `prompt` (text or messages) and the dataset's other columns
+    # with `agent` or `environment`: the prompt as the dataset holds it (text or messages) and its other columns,
+    # what an agent session is called with and an environment's `reset` gets
+    inputs: dict | None = None
+    environment: EnvironmentUse | None = None  # TRL's tool calling (workers/environments/): tools, environments
+    environment_name: str | None = None  # with `environment`: which of its environments this group's samples use
     progress: Progress | None = None  # a group handed back unfinished: what its samples have so far (continuation.py)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from orchestrator.contracts.environments import ENVIRONMENT_REWARD
 from orchestrator.contracts.strict import StrictModel
 
 
@@ -22,7 +23,10 @@ def is_model(spec: str) -> bool:
 
 def reward_name(spec: str) -> str:
     """A reward's name in metrics and Parquet (`rewards/<name>`): a function's spec as written; a model's
-    last path component, as TRL names a reward model (`reward_func_names`)."""
+    last path component, as TRL names a reward model (`reward_func_names`); an environment's get_reward, its
+    class name (TRL's)."""
+    if spec.startswith(ENVIRONMENT_REWARD):
+        return spec.removeprefix(ENVIRONMENT_REWARD)
     return spec.rstrip("/").rsplit("/", 1)[-1] if is_model(spec) else spec
 
 

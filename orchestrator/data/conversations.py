@@ -10,6 +10,7 @@ the prompts were conversations: `prompts` as the message lists and each completi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.contracts.errors import UserError
@@ -78,20 +79,30 @@ def with_system_prompt(messages: list[dict], system_prompt: str | None) -> list[
     return [{"role": "system", "content": system_prompt}, *messages]
 
 
-def render(tokenizer, messages: list[dict]) -> str:
-    """The text the model continues: the template applied, ending with the assistant's header."""
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+def render(tokenizer, messages: list[dict], tools: list[dict] | None = None, chat_template: str | None = None) -> str:
+    """The text the model continues: the template applied (`chat_template`, or the tokenizer's), with the
+    schemas of the tools it may call (TRL's tool calling), ending with the assistant's header."""
+    return tokenizer.apply_chat_template(
+        messages, tools=tools or None, chat_template=chat_template, tokenize=False, add_generation_prompt=True
+    )
 
 
 MESSAGES = "__messages__"  # where render_records keeps each record's conversation beside its text
 
 
 def render_records(
-    records: list[dict], tokenizer, tokenizer_name: str, system_prompt: str | None, where: str
+    records: list[dict],
+    tokenizer,
+    tokenizer_name: str,
+    system_prompt: str | None,
+    where: str,
+    tools: Sequence[list[dict]] | None = None,
+    chat_template: str | None = None,
 ) -> tuple[list[dict], bool]:
     """Records whose conversational prompts are replaced by their rendered text (the engines and
     the rollout table see that), each conversation kept under MESSAGES (reward functions see
-    those; take them out with `split_messages`). Plain prompts come back as they are."""
+    those; take them out with `split_messages`). Plain prompts come back as they are. With TRL's
+    tool calling, record i renders the schemas `tools[i]`, with `chat_template` when given."""
     conversational = is_conversation(records[0]["prompt"])
     for index, record in enumerate(records):
         if is_conversation(record["prompt"]) != conversational:
@@ -103,9 +114,10 @@ def render_records(
         return records, False
     require_template(tokenizer, tokenizer_name)
     rendered = []
-    for record in records:
+    for index, record in enumerate(records):
         messages = with_system_prompt(record["prompt"], system_prompt)
-        rendered.append({**record, "prompt": render(tokenizer, messages), MESSAGES: messages})
+        text = render(tokenizer, messages, tools[index] if tools is not None else None, chat_template)
+        rendered.append({**record, "prompt": text, MESSAGES: messages})
     return rendered, True
 
 

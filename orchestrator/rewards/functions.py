@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Mapping
 
 from orchestrator.contracts import builtins, user_functions
+from orchestrator.contracts.environments import ENVIRONMENT_REWARD
 from orchestrator.contracts.errors import RunError, UserError
 from orchestrator.contracts.reward_models import is_model, reward_name
 from orchestrator.contracts.user_functions import UserFile
@@ -29,11 +30,24 @@ def resolve(spec: str, files: Mapping[str, UserFile] | None = None, reward_model
     """Import the function a reward spec names (from `files`, the driver's copies, where they hold its
     file); errors say which spec and why. A reward model's spec becomes a function that asks one of
     `reward_models` (the workers' actor handles) for its scores."""
+    if spec.startswith(ENVIRONMENT_REWARD):
+        return _environment_reward(spec.removeprefix(ENVIRONMENT_REWARD))
     if is_model(spec):
         if not reward_models:
             raise UserError(f"reward_funcs: {spec!r} is a reward model, and no reward-model worker serves it here")
         return _model_reward(spec, reward_models)
     return user_functions.resolve(spec, "reward_funcs", builtins.REWARDS, files)
+
+
+def _environment_reward(class_name: str) -> Callable:
+    """The reward of environments of class `class_name`: what each sample's `get_reward()` returned on its
+    rollout node, None (not applicable) for samples of another environment (TRL's exact-class rule)."""
+
+    def reward(prompts, completions, environment_reward, environment_class, **kwargs):
+        return [value if cls == class_name else None for value, cls in zip(environment_reward, environment_class)]
+
+    reward.__name__ = class_name
+    return reward
 
 
 class RewardModelLostError(RunError):

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from orchestrator.contracts.environments import EnvironmentUse
 from orchestrator.contracts.errors import RunError, UserError
 from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 
@@ -54,6 +55,8 @@ RESERVED_REWARD_KWARGS = {
     "judges",
     "agent_reward",
     "sample_errors",
+    "environment_reward",
+    "environment_class",
 }
 
 
@@ -70,6 +73,7 @@ class RewardScorer:
         num_cpus: float = 0.0,
         reward_models: list | None = None,
         judges: dict | None = None,
+        environment: EnvironmentUse | None = None,
     ):
         """`columns[i]`: prompt i's other dataset columns (reward functions get them as kwargs; a
         dataset's stay in Arrow until a task reads its rows: data/prompt_data.py's ArrowRows);
@@ -80,13 +84,19 @@ class RewardScorer:
         `timeout_s`: each reward task's deadline (`reward_timeout_s`; None: none); `num_cpus`: the Ray CPUs
         each task reserves (`reward_num_cpus`); `reward_models`: the reward-model workers
         (rewards/models.py), when reward_funcs names models; `judges`: {name: Judge} (orchestrator/judges/),
-        each reward function's `judges` argument."""
+        each reward function's `judges` argument; `environment`: the run's TRL environments, each class that
+        defines get_reward one more reward named after it, with weight 1 (TRL's)."""
+        from orchestrator.environments import reward_specs
         from orchestrator.rewards.functions import ship
 
         self.num_cpus = num_cpus
         self.reward_models = reward_models
         self.judges = judges
-        self.reward_funcs = reward_funcs
+        owned = reward_specs(environment)
+        self.environment = environment
+        self.reward_funcs = [*reward_funcs, *owned]
+        if reward_weights is not None:
+            reward_weights = [*reward_weights, *[1.0] * len(owned)]
         self.files = ship(reward_funcs)  # the reward files as the driver read them: each task loads these
         self.conversations = conversations
         self.batch_samples = batch_samples
@@ -127,6 +137,8 @@ class RewardScorer:
         agent = bool(requests) and requests[0].agent is not None
         if agent:  # what each session's agent returned, for builtin:agent_reward
             fields.update(agent_reward=[])
+        if self.environment is not None:  # what each sample's environment's get_reward returned, and its class
+            fields.update(environment_reward=[], environment_class=[])
         for request, result in zip(requests, results):
             row = self.columns[request.prompt_index] if self.dataset_keys else None
             prompt = request.prompt if self.conversations is None else self.conversations[request.prompt_index]
@@ -135,6 +147,9 @@ class RewardScorer:
                 fields["completions"].append(self._completion(sample))
                 if agent:
                     fields["agent_reward"].append(sample.reward)
+                if self.environment is not None:
+                    fields["environment_reward"].append(sample.reward)
+                    fields["environment_class"].append(_class_name(request))
                 fields["completion_ids"].append(sample.completion_ids)
                 fields["group_id"].append(request.group_id)
                 fields["sample_index"].append(sample.sample_index)
@@ -181,6 +196,13 @@ class RewardScorer:
             "reward": [self.error_score] * rows,
             "reward_errors": rows,
         }
+
+
+def _class_name(request: GroupRequest) -> str | None:
+    """The class of the environment a group's samples ran in (None: no environment)."""
+    environments = request.environment.environments if request.environment is not None else {}
+    environment = environments.get(request.environment_name)
+    return None if environment is None else environment.class_name
 
 
 def scored_samples(samples: list[Sample]) -> list[Sample]:

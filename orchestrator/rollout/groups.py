@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from orchestrator.contracts.agents import AgentUse
+from orchestrator.contracts.environments import EnvironmentUse
 from orchestrator.contracts.groups import GroupRequest, GroupResult
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
@@ -30,17 +31,21 @@ def make_groups(
     group_ids: Sequence[int] | None = None,
     prompt_indices: Sequence[int] | None = None,
     agent: AgentUse | None = None,
-    agent_inputs: Sequence[dict] | None = None,
+    inputs: Sequence[dict] | None = None,
+    environment: EnvironmentUse | None = None,
+    environment_names: Sequence[str] | None = None,
 ) -> list[GroupRequest]:
     """One group per prompt, in order; duplicates stay separate groups. A group's id and prompt index
     are its prompt's position in the list unless given: `train` names its groups by stream position and
     prompt-file position (training/requests.py), evaluation rounds and judges by ranges of their own.
-    With `agent`, `agent_inputs[i]` is what prompt i's sessions are called with (its prompt and columns)."""
+    With `agent` or `environment`, `inputs[i]` is prompt i's row (`row_inputs`): what its sessions are called
+    with, or its environments' `reset` gets; with `environment`, `environment_names[i]` is its environment."""
     if len(prompts) != len(prompt_ids):
         raise ValueError(f"{len(prompts)} prompts but {len(prompt_ids)} tokenized prompts")
     group_ids = range(len(prompts)) if group_ids is None else group_ids
     prompt_indices = range(len(prompts)) if prompt_indices is None else prompt_indices
-    agent_inputs = [None] * len(prompts) if agent is None else agent_inputs
+    inputs = [None] * len(prompts) if inputs is None else inputs
+    names = [None] * len(prompts) if environment is None else environment_names
     return [
         GroupRequest(
             group_id=group_id,
@@ -51,18 +56,20 @@ def make_groups(
             sampling=sampling,
             tools=tools,
             agent=agent,
-            agent_inputs=inputs,
+            inputs=row,
+            environment=environment,
+            environment_name=name,
         )
-        for group_id, prompt_index, text, ids, inputs in zip(
-            group_ids, prompt_indices, prompts, prompt_ids, agent_inputs, strict=True
+        for group_id, prompt_index, text, ids, row, name in zip(
+            group_ids, prompt_indices, prompts, prompt_ids, inputs, names, strict=True
         )
     ]
 
 
-def agent_inputs(prompts, index: int) -> dict:
-    """What an agent session of prompt `index` of `prompts` (a run's PromptSet or its EvalSet: `prompts`,
-    `conversations`, `columns`) is called with: the prompt as the dataset holds it (its messages, or its
-    text) and the prompt's other columns."""
+def row_inputs(prompts, index: int) -> dict:
+    """Prompt `index`'s row of `prompts` (a run's PromptSet or its EvalSet: `prompts`, `conversations`,
+    `columns`), as an agent session is called with it and an environment's `reset` gets it: the prompt as
+    the dataset holds it (its messages, or its text) and the prompt's other columns."""
     prompt = prompts.conversations[index] if prompts.conversations is not None else prompts.prompts[index]
     return {**(dict(prompts.columns[index]) if prompts.columns is not None else {}), "prompt": prompt}
 

@@ -80,4 +80,7 @@ def _running(request: GroupRequest) -> str:
         return f"agent {request.agent.config.fn}"
     if request.tools is not None:
         return "tools " + ", ".join(tool.name for tool in request.tools.tools)
+    if request.environment is not None:
+        environment = request.environment.environments.get(request.environment_name)
+        return f"environment {environment.spec}" if environment is not None else "tools " + ", ".join(request.environment.tools)
     return "generation only"

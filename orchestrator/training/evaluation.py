@@ -28,9 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.config.train import TrainConfig
+from orchestrator.contracts.environments import EnvironmentUse
 from orchestrator.contracts.groups import GroupRequest
 from orchestrator.rewards.scoring import RewardScorer
-from orchestrator.rollout.groups import agent_inputs, make_groups
+from orchestrator.rollout.groups import make_groups, row_inputs
 from orchestrator.rollout.parquet import rollout_table, write_parquet
 from orchestrator.rollout.samples import StepSamples
 
@@ -48,14 +49,24 @@ class EvalSet:
     columns: Sequence[dict]  # each prompt's other dataset columns (reward kwargs; data/prompt_data.py)
     conversations: list[list[dict]] | None  # the messages, when the prompts were conversations
     prompt_ids: list[list[int]]  # each prompt's ids with the canonical tokenizer, computed once
+    environment_names: list[str] | None = None  # with environments: each prompt's (orchestrator/environments.py)
 
 
 class Evaluation:
-    def __init__(self, config: TrainConfig, eval_set: EvalSet, reward_models: list | None = None, judges: dict | None = None):
+    def __init__(
+        self,
+        config: TrainConfig,
+        eval_set: EvalSet,
+        reward_models: list | None = None,
+        judges: dict | None = None,
+        environment: EnvironmentUse | None = None,
+    ):
         """`reward_models`: the run's reward-model workers (rewards/models.py), when reward_funcs names models;
-        `judges`: the reward functions' judge clients (orchestrator/judges/), when the run has judges."""
+        `judges`: the reward functions' judge clients (orchestrator/judges/), when the run has judges;
+        `environment`: the run's TRL tools and environments (orchestrator/environments.py)."""
         self.config = config
         self.set = eval_set
+        self.environment = environment
         temperature = config.temperature if config.eval_temperature is None else config.eval_temperature
         self.sampling = config.sampling().model_copy(update={"temperature": temperature})
         self.scorer = RewardScorer(  # the reward functions get exactly what they get in training
@@ -69,6 +80,7 @@ class Evaluation:
             num_cpus=config.reward_num_cpus,
             reward_models=reward_models,
             judges=judges,
+            environment=environment,
         )
         self.rounds = 0
 
@@ -83,6 +95,7 @@ class Evaluation:
         tools = self.config.tool_use()  # one object: the tools' files travel once per batch of requests
         agent = self.config.agent_use()
         count = len(self.set.prompts)
+        rows = agent is not None or self.environment is not None
         return make_groups(
             self.set.prompts,
             self.set.prompt_ids,
@@ -91,7 +104,9 @@ class Evaluation:
             tools,
             group_ids=range(base, base + count),
             agent=agent,
-            agent_inputs=None if agent is None else [agent_inputs(self.set, index) for index in range(count)],
+            inputs=[row_inputs(self.set, index) for index in range(count)] if rows else None,
+            environment=self.environment,
+            environment_names=self.set.environment_names,
         )
 
     def run(self, pool, step: int, folder: Path) -> dict:

@@ -56,7 +56,9 @@ class GRPORun:
         self.data = data
         reward_models = components.reward_models.workers if components.reward_models is not None else None
         judges = components.judges.clients() if components.judges is not None else None
-        self.evaluation = Evaluation(config, data.eval_set, reward_models, judges) if data.eval_set is not None else None
+        self.evaluation = (
+            Evaluation(config, data.eval_set, reward_models, judges, data.environment) if data.eval_set is not None else None
+        )
         self.run_dir = run_dir
         self.components = components
         resume = resume or ResumeState(step=0, stream_position=0, policy_version=0)
@@ -77,6 +79,7 @@ class GRPORun:
             num_cpus=config.reward_num_cpus,
             reward_models=reward_models,
             judges=judges,
+            environment=data.environment,
         )
         self._stop = stopping.GracefulStop()  # entered by `run`
         self._learner_restarts = 0
@@ -292,7 +295,8 @@ class GRPORun:
 
     def _rollout_metrics(self, samples: StepSamples) -> dict:
         eos = self.components.tokenizer.eos_token_id
-        return rollout_metrics(samples, eos, tools=self.tool_use is not None, agent=self.agent_use is not None)
+        tools = self.tool_use is not None or self.data.environment is not None
+        return rollout_metrics(samples, eos, tools=tools, agent=self.agent_use is not None)
 
     def step(self, step: int) -> dict:
         start, generating = time.perf_counter(), self._generating.seconds()

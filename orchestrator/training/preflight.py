@@ -43,13 +43,13 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None, resumed: R
     Hub pins resolve to."""
     from orchestrator import hub_pins
     from orchestrator.contracts.reward_models import is_model
-    from orchestrator.data.conversations import read_chat_template, render_records, split_messages
+    from orchestrator.data.conversations import split_messages
+    from orchestrator.environments import environment_use
     from orchestrator.judges import pools as judges
-    from orchestrator.models import check_prompt_fits, check_token_ids, context_limit, resolve_model
+    from orchestrator.models import check_prompt_fits, context_limit, resolve_model
     from orchestrator.rewards import models as reward_models
     from orchestrator.rewards.functions import resolve
     from orchestrator.training.trackers import check_available
-    from workers.learner.model_setup import load_tokenizer
 
     model, tokenizer_name = resolve_model(config.model, config.tokenizer)
     config, pins = hub_pins.pin(config, model, resumed.root if resumed else None)
@@ -62,29 +62,24 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None, resumed: R
     _check_tools(config)
     _check_agent(config, data.columns)
     check_available(config.report_to)
-    template = read_chat_template(config.chat_template)
-    # the model's own tokenizer is read at the model's pinned commit; another tokenizer is as named
-    revision = config.model_revision if tokenizer_from is None and tokenizer_name == model else None
-    tokenizer = load_tokenizer(tokenizer_from or tokenizer_name, config.added_tokens, chat_template=template, revision=revision)
-    _check_embedding_size(model, tokenizer, resized=bool(config.added_tokens))
+    tokenizer, template = _canonical_tokenizer(config, model, tokenizer_name, tokenizer_from)
     if config.lora is not None:
         from workers.learner.lora import check_model
 
         check_model(model, config.lora, config.model_revision)
-    check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
-    records = [{"prompt": prompt} for prompt in data.prompts]
-    records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.prompts)
-    prompt_ids = tokenize_prompts([record["prompt"] for record in records], tokenizer, chat)
+    tool_calling = environment_use(config, tokenizer)
+    records, chat, prompt_ids, names = _rendered(data, config.prompts, config, tokenizer, tokenizer_name, tool_calling)
     kept = _check_prompt_lengths(prompt_ids, config)
     dropped = len(records) - len(kept)
     if dropped:
         records, prompt_ids = [records[i] for i in kept], [prompt_ids[i] for i in kept]
+        names = None if names is None else [names[i] for i in kept]
     lengths = [len(ids) for ids in prompt_ids]
     check_prompt_fits(lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), config.prompts)
     conversations = split_messages(records, chat)
     prompts = [record["prompt"] for record in records]
     columns = select(data.columns, kept) if dropped else data.columns
-    eval_set = _eval_set(config, tokenizer, tokenizer_name, model)
+    eval_set = _eval_set(config, tokenizer, tokenizer_name, model, tool_calling)
     longest = max(lengths + [len(ids) for ids in (eval_set.prompt_ids if eval_set else [])])
     sample_tokens = longest + config.max_completion_length
     if config.agent is not None:  # an agent's session can fill its engine's whole context (engines are sized for it)
@@ -93,13 +88,15 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None, resumed: R
     reward_models.check(config, conversational, sample_tokens)
     judges.check(config, longest)
     ids = Ragged.of(prompt_ids, np.int32)
-    checked = PromptSet(prompts, ids, columns, conversations, eval_set)
+    checked = PromptSet(
+        prompts, ids, columns, conversations, eval_set=eval_set, environment=tool_calling, environment_names=names
+    )
     return Checked(model, tokenizer_name, tokenizer, checked, dropped, longest, template, pins)
 
 
-def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str) -> EvalSet | None:
+def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str, tool_calling=None) -> EvalSet | None:
     """The held-out prompts, read, rendered and checked like the training prompts (none is dropped)."""
-    from orchestrator.data.conversations import render_records, split_messages
+    from orchestrator.data.conversations import split_messages
     from orchestrator.models import check_prompt_fits, context_limit
 
     if config.eval_prompts is None:
@@ -107,23 +104,67 @@ def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str) -
     data = _read(
         config.eval_prompts, "eval_prompts", config.eval_prompts_split, config.eval_prompts_subset, config.eval_prompts_column
     )
-    records = [{"prompt": prompt} for prompt in data.prompts]
-    records, chat = render_records(records, tokenizer, tokenizer_name, config.system_prompt, config.eval_prompts)
-    prompt_ids = tokenize_prompts([record["prompt"] for record in records], tokenizer, chat)
+    records, chat, prompt_ids, names = _rendered(data, config.eval_prompts, config, tokenizer, tokenizer_name, tool_calling)
     lengths = [len(ids) for ids in prompt_ids]
     check_prompt_fits(
         lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), config.eval_prompts
     )
     conversations = split_messages(records, chat)
-    return EvalSet(config.eval_prompts, [record["prompt"] for record in records], data.columns, conversations, prompt_ids)
+    texts = [record["prompt"] for record in records]
+    return EvalSet(config.eval_prompts, texts, data.columns, conversations, prompt_ids, names)
+
+
+def _canonical_tokenizer(config: TrainConfig, model: str, tokenizer_name: str, tokenizer_from: str | None):
+    """(the canonical tokenizer, the chat_template's text), checked against the model and the stop ids. The
+    model's own tokenizer is read at the model's pinned commit; another tokenizer is as named."""
+    from orchestrator.data.conversations import read_chat_template
+    from orchestrator.models import check_token_ids
+    from workers.learner.model_setup import load_tokenizer
+
+    template = read_chat_template(config.chat_template)
+    revision = config.model_revision if tokenizer_from is None and tokenizer_name == model else None
+    tokenizer = load_tokenizer(tokenizer_from or tokenizer_name, config.added_tokens, chat_template=template, revision=revision)
+    _check_embedding_size(model, tokenizer, resized=bool(config.added_tokens))
+    check_token_ids(config.stop_token_ids, tokenizer, "stop_token_ids")
+    return tokenizer, template
+
+
+def _rendered(data: PromptData, where: str, config: TrainConfig, tokenizer, tokenizer_name: str, tool_calling):
+    """(records, whether they are conversations, their ids, their environments): conversations rendered by the
+    chat template (with their environment's tools, under TRL's tool calling) and every prompt tokenized."""
+    from orchestrator.data.conversations import render_records
+    from orchestrator.environments import environment_names
+
+    names = environment_names(tool_calling, data.columns, len(data.prompts), where)
+    records = [{"prompt": prompt} for prompt in data.prompts]
+    records, chat = render_records(
+        records, tokenizer, tokenizer_name, config.system_prompt, where, *_tool_rendering(tool_calling, names)
+    )
+    _check_conversational(tool_calling, chat, where)
+    return records, chat, tokenize_prompts([record["prompt"] for record in records], tokenizer, chat), names
+
+
+def _tool_rendering(tool_calling, names: list[str] | None) -> tuple[list[list[dict]] | None, str | None]:
+    """What each prompt renders with TRL's tool calling: its environment's tool schemas, and the run's template."""
+    if tool_calling is None:
+        return None, None
+    return [tool_calling.schemas[name] for name in names], tool_calling.chat_template
+
+
+def _check_conversational(tool_calling, conversational: bool, where: str) -> None:
+    if tool_calling is not None and not conversational:
+        raise UserError(
+            f"{where}: tools: [file.py:fn] and environment_factory call tools through the chat template, so the prompts "
+            "must be conversations ({role, content} message lists), as in TRL"
+        )
 
 
 def _check_tools(config: TrainConfig) -> None:
     from workers.tools.runner import resolve
 
-    for index, tool in enumerate(config.tools):
+    for index, tool in enumerate(config.text_tools):
         resolve(tool.fn, key=f"tools[{index}].fn")
-    if config.tools and config.skip_special_tokens:
+    if config.text_tools and config.skip_special_tokens:
         raise UserError(
             "skip_special_tokens: true would hide tool tags that are special tokens from the text the tool "
             "calls are read from; set skip_special_tokens: false when tools are configured"

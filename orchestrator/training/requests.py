@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from orchestrator.contracts.agents import AgentUse
+from orchestrator.contracts.environments import EnvironmentUse
 from orchestrator.contracts.groups import GroupRequest
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
 from orchestrator.data.stream import StreamItem
-from orchestrator.rollout.groups import agent_inputs, make_groups
+from orchestrator.rollout.groups import make_groups, row_inputs
 from orchestrator.rollout.samples import Ragged
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ class PromptSet:
     prompt_ids: Ragged  # each prompt's ids with the canonical tokenizer: what the engines receive
     columns: Sequence[dict] | None = None  # each prompt's other dataset columns (reward kwargs; data/prompt_data.py)
     conversations: list[list[dict]] | None = None  # each prompt's messages, when the prompts are conversations
+    environment: EnvironmentUse | None = None  # TRL's tool calling: tools and environments (orchestrator/environments.py)
+    environment_names: list[str] | None = None  # with `environment`: each prompt's environment
     eval_set: EvalSet | None = None  # held-out prompts (training/evaluation.py)
 
     @staticmethod
@@ -57,7 +60,8 @@ def build_requests(
     agent: AgentUse | None = None,
 ) -> list[GroupRequest]:
     """One request per item, with the ids of its prompt in `data` (one int32 array for the whole list: a
-    driver holds every prompt's ids for the whole run)."""
+    driver holds every prompt's ids for the whole run), and its environment when the run has them."""
+    rows = agent is not None or data.environment is not None
     return make_groups(
         [item.prompt for item in items],
         [data.prompt_ids[item.prompt_index].tolist() for item in items],
@@ -67,5 +71,7 @@ def build_requests(
         group_ids=[item.group_id for item in items],
         prompt_indices=[item.prompt_index for item in items],
         agent=agent,
-        agent_inputs=None if agent is None else [agent_inputs(data, item.prompt_index) for item in items],
+        inputs=[row_inputs(data, item.prompt_index) for item in items] if rows else None,
+        environment=data.environment,
+        environment_names=None if data.environment is None else [data.environment_names[item.prompt_index] for item in items],
     )

@@ -22,6 +22,11 @@ six things it needs have no public form in TRL 1.16:
 - `_metrics`, where `compute_loss` appends its figures (clip fractions, entropy, KL), each call one
   more value, for `log` to average (`take_loss_metrics`).
 
+The engines' chat-template tool loop (workers/environments/) appends each round of tool results as the
+ids TRL's `GRPOTrainer._get_tool_suffix_ids` computes for them (`tool_suffix_ids`): a method that reads
+only the processing class, its chat template and kwargs, whether it is a VLM and its tokenizer, called
+here on a stand-in that holds those five.
+
 A TRL release may rename, re-sign or stop calling any of these without notice, so importing this
 module checks the installed TRL and refuses another release: move `PINNED` only after re-reading
 these names in the new release's `trl/trainer/grpo_trainer.py`.
@@ -54,8 +59,8 @@ def check_version(installed: str | None = None) -> None:
         installed,
         PINNED,
         "1.17",
-        "`_get_per_token_logps_and_entropies`, the fused LM head, `current_gradient_accumulation_steps`, `use_vllm` "
-        "and `_metrics` in the new trl/trainer/grpo_trainer.py",
+        "`_get_per_token_logps_and_entropies`, the fused LM head, `current_gradient_accumulation_steps`, `use_vllm`, "
+        "`_metrics` and `_get_tool_suffix_ids` in the new trl/trainer/grpo_trainer.py",
     )
 
 
@@ -121,6 +126,22 @@ def weight_micro_batches_ourselves(trainer) -> None:
     TRL divides by the count it would accumulate over, which is exact only when every micro-batch has
     the same number of samples."""
     trainer.current_gradient_accumulation_steps = 1
+
+
+def tool_suffix_ids(tokenizer, chat_template: str | None, tool_messages: list[dict]) -> list[int]:
+    """The ids TRL appends after a reply whose tool calls returned `tool_messages`: the template's rendering
+    of those messages and the next assistant header, cut where a reply's end-of-turn token leaves off."""
+    import types
+    import warnings
+
+    with warnings.catch_warnings():  # on an engine: TRL warns that it was tested up to an older vLLM
+        warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions")
+        from trl import GRPOTrainer
+
+    holder = types.SimpleNamespace(
+        processing_class=tokenizer, chat_template=chat_template, chat_template_kwargs={}, _is_vlm=False, _tokenizer=tokenizer
+    )
+    return list(GRPOTrainer._get_tool_suffix_ids(holder, tool_messages))
 
 
 check_version()

@@ -12,6 +12,7 @@ every request with the adapter the learner sent last (workers/weights/adapters.p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -31,6 +32,9 @@ from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
+from workers.environments.chat import Chat, with_observation
+from workers.environments.chat_loop import run_chat_sample
+from workers.environments.leases import EnvironmentFailed
 from workers.rollout.continuation import ABORTED, joined, tokens_left, unfinished
 from workers.rollout.multi_turn import CallTool, Turn, Vocabulary, run_sample
 from workers.rollout.sampling import cache_salt, continue_params, to_samples, to_turn, turn_params, turn_seed, vllm_params
@@ -42,6 +46,7 @@ CPU_KV_CACHE_BYTES = 256 << 20
 LOOPBACK = "127.0.0.1"
 CONTINUED_TURN = 1_000  # seeds of a sample continued after its n-th hand-back: as of turn n * this
 ENGINE_CHECK_S = 0.5  # how often agent groups look whether vLLM's engine process is still alive
+HOST_SLACK_S = 30.0  # beyond a tool call's own deadline: how long the tool host may take to answer at all
 
 
 # vLLM's accepted `max_lora_rank` values (vllm/config/lora.py: MaxLoRARanks).
@@ -210,6 +215,8 @@ class RolloutEngine:
         self._request_ids = itertools.count()
         self._running: dict[int, _Requests] = {}  # group id -> its requests, while it generates
         self._call_tool = call_tool
+        self._tokenizer_dir = tokenizer_dir
+        self._chats: dict[str | None, Chat] = {}  # by chat template: TRL's tool calling (workers/environments/chat.py)
         self._gateway = None  # started by the first agent group
         self._gateway_start = asyncio.Lock()
         self._agents = None
@@ -274,6 +281,8 @@ class RolloutEngine:
         requests = self._running[request.group_id] = _Requests()
         if request.agent:
             work = self._agent_samples(request, requests)
+        elif request.environment:
+            work = self._environment_samples(request, requests)
         elif request.tools:
             work = self._tool_samples(request, requests)
         elif request.progress is not None:
@@ -391,7 +400,7 @@ class RolloutEngine:
 
         async def session(key: str, token: str):
             try:
-                return await self._agents.session(fn, f"{gateway.url}/s/{key}/v1", token, request.agent_inputs, key, timeouts)
+                return await self._agents.session(fn, f"{gateway.url}/s/{key}/v1", token, request.inputs, key, timeouts)
             finally:
                 gateway.close(key)  # its agent is done: a later call (a task it left behind) is refused, never recorded
 
@@ -413,6 +422,67 @@ class RolloutEngine:
                 error = outcome.error or f"session {session.key} made no model call"
                 samples.append(Sample.unanswered(request.prompt_ids, index, self._eos_id, error))
         return samples
+
+    async def _environment_samples(self, request: GroupRequest, requests: _Requests) -> list[Sample]:
+        """TRL's tool calling (workers/environments/): each sample leases its environment on the tool host
+        (`reset` with the prompt's row), renders its conversation with its tools, and runs the chat-template
+        loop; then its environment's `get_reward()`. Handed back, the group starts again elsewhere: an
+        environment's state lives in the user's code, on this engine's host."""
+        use, name, sampling = request.environment, request.environment_name, request.sampling
+        if use.chat_template not in self._chats:
+            self._chats[use.chat_template] = Chat.of_folder(self._tokenizer_dir, use.chat_template)
+        chat, schemas = self._chats[use.chat_template], use.schemas[name]
+        template = chat.template(schemas, sampling.skip_special_tokens)
+        host, slack = self._call_tool, use.call_timeout_s + HOST_SLACK_S
+        context = self._llm.model_config.max_model_len
+
+        async def one(index: int) -> Sample:
+            lease, observation = await host.environment("open", use, name, request.inputs, deadline_s=slack)
+            reuse = False
+            try:
+                prompt_ids = chat.prompt_ids(with_observation(request.inputs["prompt"], observation), schemas)
+                if len(prompt_ids) >= context:
+                    raise EnvironmentFailed(
+                        f"the prompt after reset is {len(prompt_ids)} tokens; the model's context is {context}"
+                    )
+                sample = await run_chat_sample(
+                    index,
+                    prompt_ids,
+                    sampling.max_tokens,
+                    context,
+                    use.max_tool_calling_iterations,
+                    template,
+                    self._chat_turns(request, index, requests),
+                    lambda calls: host.environment("call_tools", lease, calls, use.call_timeout_s, deadline_s=slack * len(calls)),
+                )
+                if sample.finish_reason != ABORTED:
+                    sample = dataclasses.replace(sample, reward=await host.environment("reward", lease, use, deadline_s=slack))
+                reuse = True
+                return sample
+            finally:
+                with contextlib.suppress(EnvironmentFailed):  # a host that is gone took its instances along
+                    await host.environment("close", lease, reuse, deadline_s=HOST_SLACK_S)
+
+        async def guarded(index: int) -> Sample:
+            try:
+                return await one(index)
+            except EnvironmentFailed as error:
+                return Sample.unanswered(request.prompt_ids, index, self._eos_id, str(error))
+
+        return list(await asyncio.gather(*(guarded(index) for index in range(request.num_generations))))
+
+    def _chat_turns(self, request: GroupRequest, index: int, requests: _Requests):
+        """How one sample of a chat-template tool group generates a turn: the user's sampling and stops, its own
+        seed per turn; a turn cut short when the group is handed back."""
+
+        async def turn(context_ids: list[int], max_tokens: int, turn_index: int) -> Turn:
+            max_tokens = min(max_tokens, self._llm.model_config.max_model_len - len(context_ids))  # within the context
+            seed = turn_seed(request.sampling, request.group_id, index, turn_index)
+            name = f"g{request.group_id}-s{index}-t{turn_index}"
+            final = await self._final_output(context_ids, continue_params(request.sampling, max_tokens, seed), name, requests)
+            return to_turn(final.outputs[0]) if final is not None else Turn([], "", [], ABORTED, None, [])
+
+        return turn
 
     async def started_gateway(self, use: AgentUse):
         """This engine's OpenAI-compatible gateway (workers/agents/gateway.py), started by its first agent group."""

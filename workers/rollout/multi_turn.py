@@ -57,7 +57,7 @@ class Vocabulary:
 
 
 @dataclasses.dataclass
-class _Tokens:
+class CompletionTokens:
     """A sample's completion as it grows: the model's turns and the tools' observations between them."""
 
     ids: list[int] = dataclasses.field(default_factory=list)
@@ -134,7 +134,7 @@ async def run_sample(
 class _Loop:
     """Where a sample's loop stands: its completion so far, its text, its tool calls and its turns begun."""
 
-    tokens: _Tokens = dataclasses.field(default_factory=_Tokens)
+    tokens: CompletionTokens = dataclasses.field(default_factory=CompletionTokens)
     text: str = ""
     calls: list[ToolCall] = dataclasses.field(default_factory=list)
     turns: int = 0
@@ -143,7 +143,7 @@ class _Loop:
     @classmethod
     def resumed(cls, sample: Sample) -> _Loop:
         mask = list(sample.tool_mask or [1] * len(sample.completion_ids))
-        tokens = _Tokens(list(sample.completion_ids), list(sample.logprobs), mask, _copy(sample.output_versions))
+        tokens = CompletionTokens(list(sample.completion_ids), list(sample.logprobs), mask, _copy(sample.output_versions))
         return cls(tokens, sample.completion, list(sample.tool_calls), sample.turns, cut_short=bool(mask) and mask[-1] == 1)
 
     def cut_short_turn(self, vocabulary: Vocabulary) -> Turn | None:

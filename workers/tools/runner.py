@@ -24,9 +24,12 @@ import time
 from collections.abc import Callable, Mapping
 
 from orchestrator.contracts import builtins, user_functions
+from orchestrator.contracts.environments import EnvironmentUse
 from orchestrator.contracts.errors import UserError
 from orchestrator.contracts.tools import ToolConfig, ToolUse
 from orchestrator.contracts.user_functions import UserFile
+from workers.environments.chat_loop import ToolResult
+from workers.environments.leases import EnvironmentFailed, Leases
 
 CALL_THREADS = 64  # concurrent plain-function calls per host
 HOST_START_S = 120.0  # deadline for a tool host to come up
@@ -38,10 +41,27 @@ def resolve(spec: str, key: str = "tools.fn", files: Mapping[str, UserFile] | No
 
 
 class ToolHost:
-    """Runs tool functions by spec (created through `ray.remote(ToolHost)`)."""
+    """Runs tool functions by spec, and holds the environments of TRL-style tool calling
+    (workers/environments/leases.py); created through `ray.remote(ToolHost)`."""
 
     def __init__(self):
         self._threads = concurrent.futures.ThreadPoolExecutor(CALL_THREADS, thread_name_prefix="tool")
+        self.environments = Leases(self._in_thread)
+
+    async def _in_thread(self, call):
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
+
+    async def open(self, use: EnvironmentUse, name: str, inputs: dict) -> tuple[int, str | None]:
+        return await self.environments.open(use, name, inputs)
+
+    async def call_tools(self, lease_id: int, tool_calls: list[dict], timeout_s: float) -> list[ToolResult]:
+        return await self.environments.call(lease_id, tool_calls, timeout_s)
+
+    async def reward(self, lease_id: int, use: EnvironmentUse) -> float | None:
+        return await self.environments.reward(lease_id, use)
+
+    def close(self, lease_id: int, reuse: bool) -> None:
+        self.environments.close(lease_id, reuse)
 
     async def call(self, spec: str, key: str, files: dict[str, UserFile], call_text: str, context: dict):
         """`spec`'s function (its file loaded once per process, from `files`) on the call; `key` names
@@ -113,6 +133,32 @@ class RayToolRunner:
         if not isinstance(result, str):
             return f"tool {tool.name!r} returned {type(result).__name__}, expected str", "error", time.perf_counter() - start
         return result, "ok", time.perf_counter() - start
+
+    async def environment(self, method: str, *args, deadline_s: float):
+        """One call of the tool host's environment `method` (`open`, `call_tools`, `reward`, `close`). The host
+        keeps the user's deadlines itself; `deadline_s` bounds the whole call, so a host that stopped answering
+        fails the sample (EnvironmentFailed) instead of holding its group. A user error (an environment that
+        cannot be imported there) stops the run."""
+        import ray
+
+        try:
+            host = await self._started_host()
+        except (TimeoutError, ray.exceptions.RayError) as error:
+            raise EnvironmentFailed(f"the tool host did not start within {HOST_START_S}s: {type(error).__name__}") from None
+        ref = getattr(host, method).remote(*args)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), deadline_s)
+        except TimeoutError:
+            ray.cancel(ref)
+            raise EnvironmentFailed(f"the tool host did not answer {method} within {deadline_s:g}s") from None
+        except asyncio.CancelledError:
+            ray.cancel(ref)
+            raise
+        except ray.exceptions.RayError as error:
+            cause = getattr(error, "cause", None) or error
+            if isinstance(cause, (UserError, EnvironmentFailed)):
+                raise cause from None
+            raise EnvironmentFailed(f"the tool host failed in {method}: {type(cause).__name__}: {cause}") from None
 
     def _abandon(self) -> None:
         """A plain function past its deadline keeps its thread; once as many calls were abandoned as
