@@ -94,6 +94,11 @@ def _build(spec: ChatModelSpec, folder: Path) -> None:
     texts = [tokenizer.apply_chat_template(chat, tokenize=False) for chat in chats]
     sequences = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     model = pretrained_llama(spec, len(tokenizer), sequences, eos_id=eos_id, bos_id=None, pad_id=pad_id, config_pad_id=pad_id)
+    save(model, tokenizer, folder, eos_id, pad_id)
+
+
+def save(model, tokenizer, folder: Path, eos_id: int, pad_id: int) -> None:
+    """A chat model and its tokenizer in one folder, as on a model hub: generation ends at EOS, with no BOS."""
     model.generation_config.eos_token_id = eos_id
     model.generation_config.pad_token_id = pad_id
     model.generation_config.bos_token_id = None

@@ -20,7 +20,7 @@ import types
 from pathlib import Path
 
 from orchestrator.builtin import lookup_environment
-from orchestrator.builtin.chat_model import IM_END, PAD, build_tokenizer
+from orchestrator.builtin.chat_model import IM_END, PAD, build_tokenizer, save
 from orchestrator.builtin.tiny_model import cache_root, cached_build
 
 TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
@@ -91,11 +91,7 @@ def _build(spec: ToolChatModelSpec, folder: Path) -> None:
         config_pad_id=pad_id,
         max_positions=spec.context,
     )
-    model.generation_config.eos_token_id = eos_id
-    model.generation_config.pad_token_id = pad_id
-    model.generation_config.bos_token_id = None
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
+    save(model, tokenizer, folder, eos_id, pad_id)
 
 
 if __name__ == "__main__":
