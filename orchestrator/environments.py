@@ -107,13 +107,15 @@ def check_template(tokenizer) -> None:
     """Refuse a chat template that cannot render a tool-calling exchange, or whose replies TRL cannot parse."""
     from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
+    from workers.environments.chat import parses_responses
+
     if not supports_tool_calling(tokenizer):
         raise UserError(
             "chat_template: the tokenizer's chat template cannot render a tool-calling conversation (user -> assistant "
             "with tool_calls -> tool), which tools: [file.py:fn] and environment_factory need; use a tool-calling "
             "chat model's template (e.g. Qwen2.5's or Qwen3's)"
         )
-    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+    if not parses_responses(tokenizer):
         try:
             add_response_schema(copy.copy(tokenizer))  # a copy: the run's tokenizer is saved for the engines as it is
         except ValueError as error:
@@ -147,6 +149,23 @@ def environment_names(use: EnvironmentUse | None, columns: Sequence[dict] | None
                 f"environment_factory. Expected one of: {list(use.environments)}"
             )
     return names
+
+
+def check_reset_arguments(use: EnvironmentUse | None, columns: Sequence[dict] | None, where: str) -> None:
+    """Refuse an environment whose `reset` cannot take its prompts' rows (`prompt` and the other columns;
+    with several environments, all but `environment`), before any engine starts."""
+    if use is None:
+        return
+    row = ["prompt", *(columns[0] if columns else {})]
+    for name, environment in use.environments.items():
+        keys = [key for key in dict.fromkeys(row) if name == SINGLE or key != "environment"]
+        cls = user_functions.resolve(environment.spec, "environment_factory", builtins.ENVIRONMENTS)
+        try:
+            inspect.signature(cls.reset).bind(None, **dict.fromkeys(keys))
+        except TypeError as error:
+            raise UserError(
+                f"{where}: {environment.class_name}.reset cannot be called with this dataset's row ({', '.join(keys)}): {error}"
+            ) from None
 
 
 def reward_specs(use: EnvironmentUse | None) -> list[str]:

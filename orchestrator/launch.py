@@ -278,10 +278,10 @@ def check_weight_sync(config, device: str) -> None:
 
 def _tokens_per_sample(config: TrainConfig, longest_prompt: int, model_config: dict) -> int:
     """The context an engine is sized for: the longest prompt and the completion budget; with an agent, whose
-    messages add context the run cannot foresee (tool results, its own turns), the model's whole context
-    (`rollout.max_model_len` bounds it)."""
+    messages add context the run cannot foresee (tool results, its own turns), or with environments, whose
+    `reset` may lengthen a prompt, the model's whole context (`rollout.max_model_len` bounds it)."""
     declared = config.rollout.max_model_len or model_config.get("text_config", model_config).get("max_position_embeddings")
-    if config.agent is not None and declared:
+    if (config.agent is not None or config.environment_factory is not None) and declared:
         return declared
     return longest_prompt + config.max_completion_length
 

@@ -65,6 +65,7 @@ class Sample:
     # reward, why the session failed, and how many calls rewrote its history.
     prompt_ids: list[int] | None = None
     messages: list[dict] | None = None
+    prompt_messages: list[dict] | None = None  # TRL's tool calling: the prompt after the environment's reset
     reward: float | None = None
     error: str | None = None
     prefix_mismatches: int = 0

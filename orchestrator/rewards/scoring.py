@@ -143,7 +143,7 @@ class RewardScorer:
             row = self.columns[request.prompt_index] if self.dataset_keys else None
             prompt = request.prompt if self.conversations is None else self.conversations[request.prompt_index]
             for sample in scored_samples(result.samples):
-                fields["prompts"].append(prompt)
+                fields["prompts"].append(prompt if sample.prompt_messages is None else sample.prompt_messages)
                 fields["completions"].append(self._completion(sample))
                 if agent:
                     fields["agent_reward"].append(sample.reward)

@@ -82,8 +82,8 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None, resumed: R
     eval_set = _eval_set(config, tokenizer, tokenizer_name, model, tool_calling)
     longest = max(lengths + [len(ids) for ids in (eval_set.prompt_ids if eval_set else [])])
     sample_tokens = longest + config.max_completion_length
-    if config.agent is not None:  # an agent's session can fill its engine's whole context (engines are sized for it)
-        sample_tokens = context_limit(model, config.rollout.max_model_len) or sample_tokens
+    if config.agent is not None or config.environment_factory is not None:  # a session, a prompt after reset:
+        sample_tokens = context_limit(model, config.rollout.max_model_len) or sample_tokens  # the whole context
     conversational = chat or (eval_set is not None and eval_set.conversations is not None)
     reward_models.check(config, conversational, sample_tokens)
     judges.check(config, longest)
@@ -133,9 +133,10 @@ def _rendered(data: PromptData, where: str, config: TrainConfig, tokenizer, toke
     """(records, whether they are conversations, their ids, their environments): conversations rendered by the
     chat template (with their environment's tools, under TRL's tool calling) and every prompt tokenized."""
     from orchestrator.data.conversations import render_records
-    from orchestrator.environments import environment_names
+    from orchestrator.environments import check_reset_arguments, environment_names
 
     names = environment_names(tool_calling, data.columns, len(data.prompts), where)
+    check_reset_arguments(tool_calling, data.columns, where)
     records = [{"prompt": prompt} for prompt in data.prompts]
     records, chat = render_records(
         records, tokenizer, tokenizer_name, config.system_prompt, where, *_tool_rendering(tool_calling, names)

@@ -47,6 +47,14 @@ GAME = textwrap.dedent(
             return None
 
 
+    class NeedsBoard:
+        def reset(self, board, **columns):
+            return None
+
+        def get_reward(self) -> float:
+            return 0.0
+
+
     def reward(completions, **kwargs):
         return [0.0] * len(completions)
 
@@ -90,6 +98,7 @@ def test_prompts_render_their_own_environments_tools_after_checks(files):
         ({"environment_factory": "{game}:NoReset"}, "has no reset method"),
         ({"environment_factory": "{game}:NoReward"}, "No reward source provided"),
         ({"environment_factory": "{game}:reward"}, "is not a class"),
+        ({"environment_factory": "{game}:NeedsBoard"}, r"NeedsBoard.reset cannot be called with this dataset's row"),
         ({"environment_factory": {"game": "{game}:Game"}}, "'other', which is not among the environments"),
         ({"tools": ["{game}:reward"], "reward_funcs": ["{game}:reward"]}, "cannot describe"),
         (

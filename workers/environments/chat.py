@@ -15,13 +15,18 @@ from pathlib import Path
 from workers.environments.chat_loop import ChatTemplate
 
 
+def parses_responses(tokenizer) -> bool:
+    """Whether the tokenizer carries its own reply parser (a response template, or a legacy schema)."""
+    return getattr(tokenizer, "response_template", None) is not None or getattr(tokenizer, "response_schema", None) is not None
+
+
 class Chat:
     """The canonical tokenizer with its response schema, and the run's template (None: the tokenizer's)."""
 
     def __init__(self, tokenizer, chat_template: str | None):
         from trl.chat_template_utils import add_response_schema
 
-        if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+        if not parses_responses(tokenizer):
             tokenizer = add_response_schema(tokenizer)
         self.tokenizer = tokenizer
         self.chat_template = chat_template

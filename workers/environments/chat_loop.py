@@ -33,7 +33,7 @@ class ToolResult:
     """One tool call's outcome, as its `tool` message gives it to the model."""
 
     name: str
-    content: str
+    content: str  # str(what the tool returned), or TRL's str({"error": ...})
     status: str  # "ok", "error" (raised, unknown tool, unsupported call) or "timeout"
     latency_s: float
     arguments: dict | None = None
@@ -54,6 +54,7 @@ CallTools = Callable[[list[dict]], Awaitable[list[ToolResult]]]  # a reply's too
 
 async def run_chat_sample(
     sample_index: int,
+    prompt_messages: list[dict],
     prompt_ids: list[int],
     budget: int,
     max_context: int | None,
@@ -62,8 +63,9 @@ async def run_chat_sample(
     generate_turn: GenerateTurn,
     call_tools: CallTools,
 ) -> Sample:
-    """One sample's loop, from `prompt_ids` (the conversation rendered with its tools). A turn the engine cut
-    short (it stopped serving) ends the sample with finish_reason "abort": such a sample starts again."""
+    """One sample's loop, from `prompt_ids` (`prompt_messages`, the conversation after `reset`, rendered with
+    its tools). A turn the engine cut short (it stopped serving) ends the sample with finish_reason "abort":
+    such a sample starts again."""
     tokens, messages, calls = CompletionTokens(), [], []
     turn = await generate_turn(prompt_ids, budget, 0)
     tokens.add_turn(turn)
@@ -82,6 +84,9 @@ async def run_chat_sample(
         tokens.add_observation(suffix)
         context_ids = prompt_ids + tokens.ids
         rounds += 1
+        if len(tokens.ids) >= budget:  # TRL generates and cuts the reply to nothing: the sample ends here
+            turn = Turn([], "", [], "length", None, [])
+            break
         turn = await generate_turn(context_ids, budget - len(tokens.ids), rounds)
         tokens.add_turn(turn)
         reply = chat.parse(turn.token_ids, context_ids) if turn.token_ids else {}
@@ -100,6 +105,7 @@ async def run_chat_sample(
         tool_calls=calls,
         prompt_ids=list(prompt_ids),
         messages=[message for message in messages if message],
+        prompt_messages=prompt_messages,
         output_versions=tokens.versions,
     )
 

@@ -440,13 +440,15 @@ class RolloutEngine:
             lease, observation = await host.environment("open", use, name, request.inputs, deadline_s=slack)
             reuse = False
             try:
-                prompt_ids = chat.prompt_ids(with_observation(request.inputs["prompt"], observation), schemas)
+                messages = with_observation(request.inputs["prompt"], observation)
+                prompt_ids = chat.prompt_ids(messages, schemas)
                 if len(prompt_ids) >= context:
                     raise EnvironmentFailed(
                         f"the prompt after reset is {len(prompt_ids)} tokens; the model's context is {context}"
                     )
                 sample = await run_chat_sample(
                     index,
+                    messages,
                     prompt_ids,
                     sampling.max_tokens,
                     context,
@@ -469,7 +471,13 @@ class RolloutEngine:
             except EnvironmentFailed as error:
                 return Sample.unanswered(request.prompt_ids, index, self._eos_id, str(error))
 
-        return list(await asyncio.gather(*(guarded(index) for index in range(request.num_generations))))
+        samples = [asyncio.ensure_future(guarded(index)) for index in range(request.num_generations)]
+        try:
+            return list(await asyncio.gather(*samples))
+        except BaseException:  # one sample failed past its own guard: its siblings' requests and tool calls stop too
+            for sample in samples:
+                sample.cancel()
+            raise
 
     def _chat_turns(self, request: GroupRequest, index: int, requests: _Requests):
         """How one sample of a chat-template tool group generates a turn: the user's sampling and stops, its own
@@ -477,6 +485,8 @@ class RolloutEngine:
 
         async def turn(context_ids: list[int], max_tokens: int, turn_index: int) -> Turn:
             max_tokens = min(max_tokens, self._llm.model_config.max_model_len - len(context_ids))  # within the context
+            if max_tokens < 1:  # the context is full: nothing to generate (vLLM refuses max_tokens 0)
+                return Turn([], "", [], "length", None, [])
             seed = turn_seed(request.sampling, request.group_id, index, turn_index)
             name = f"g{request.group_id}-s{index}-t{turn_index}"
             final = await self._final_output(context_ids, continue_params(request.sampling, max_tokens, seed), name, requests)

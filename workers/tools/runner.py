@@ -51,16 +51,16 @@ class ToolHost:
     async def _in_thread(self, call):
         return await asyncio.get_running_loop().run_in_executor(self._threads, call)
 
-    async def open(self, use: EnvironmentUse, name: str, inputs: dict) -> tuple[int, str | None]:
+    async def open(self, use: EnvironmentUse, name: str, inputs: dict) -> tuple[str, str | None]:
         return await self.environments.open(use, name, inputs)
 
-    async def call_tools(self, lease_id: int, tool_calls: list[dict], timeout_s: float) -> list[ToolResult]:
+    async def call_tools(self, lease_id: str, tool_calls: list[dict], timeout_s: float) -> list[ToolResult]:
         return await self.environments.call(lease_id, tool_calls, timeout_s)
 
-    async def reward(self, lease_id: int, use: EnvironmentUse) -> float | None:
+    async def reward(self, lease_id: str, use: EnvironmentUse) -> float | None:
         return await self.environments.reward(lease_id, use)
 
-    def close(self, lease_id: int, reuse: bool) -> None:
+    def close(self, lease_id: str, reuse: bool) -> None:
         self.environments.close(lease_id, reuse)
 
     async def call(self, spec: str, key: str, files: dict[str, UserFile], call_text: str, context: dict):

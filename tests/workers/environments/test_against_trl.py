@@ -144,13 +144,14 @@ def _ours(config: TrainConfig, tokenizer, specs: list[str]):
 
     async def one(row):
         lease, observation = await leases.open(use, SINGLE, dict(row))
-        prompt_ids = chat.prompt_ids(with_observation(row["prompt"], observation), use.schemas[SINGLE])
+        messages = with_observation(row["prompt"], observation)
+        prompt_ids = chat.prompt_ids(messages, use.schemas[SINGLE])
         template = chat.template(use.schemas[SINGLE], skip_special_tokens=False)
 
         async def call(calls):
             return await leases.call(lease, calls, use.call_timeout_s)
 
-        sample = await run_chat_sample(0, prompt_ids, 200, 512, use.max_tool_calling_iterations, template, turn, call)
+        sample = await run_chat_sample(0, messages, prompt_ids, 200, 512, use.max_tool_calling_iterations, template, turn, call)
         reward = await leases.reward(lease, use)
         leases.close(lease)
         return sample, reward
@@ -167,7 +168,7 @@ def _ours(config: TrainConfig, tokenizer, specs: list[str]):
     scores = score(
         specs + reward_specs(use),
         None,
-        [row["prompt"] for row in rows],
+        [sample.prompt_messages for sample in samples],
         [sample.messages for sample in samples],
         [sample.completion_ids for sample in samples],
         user_files=files,
@@ -197,6 +198,7 @@ def test_an_environment_runs_as_in_trl(model_dir, tokenizer, tmp_path, monkeypat
     assert use.schemas[SINGLE] == [get_json_schema(tool) for tool in trainer._env_tools[None]]
     ours_first = [sample.prompt_ids for sample in samples]
     assert ours_first == trl_prompts  # reset's text appended to the last message, tools rendered, as TRL does
+    assert [sample.prompt_messages for sample in samples] == list(trainer._logs["prompt"])  # what rewards get
     assert [sample.messages for sample in samples] == list(trainer._logs["completion"])
     # TRL's order: the plain functions' results (an unknown tool's error among them), then the async ones'
     assert samples[2].messages[1] == {"role": "tool", "name": "divide", "content": "{'error': 'Tool divide not found.'}"}

@@ -10,6 +10,7 @@ from workers.rollout.multi_turn import Turn
 
 CALL = {"type": "function", "function": {"name": "f", "arguments": {"x": 1}}}
 SUFFIX = [50, 51, 52]  # what the template renders for one round of tool messages
+PROMPT = [{"role": "user", "content": "q"}]
 
 
 def template() -> ChatTemplate:
@@ -38,7 +39,7 @@ async def tools(calls):
 
 
 def run(generate, budget=100, max_context=None, iterations=None):
-    return asyncio.run(run_chat_sample(0, [1, 2], budget, max_context, iterations, template(), generate, tools))
+    return asyncio.run(run_chat_sample(0, PROMPT, [1, 2], budget, max_context, iterations, template(), generate, tools))
 
 
 def test_a_call_round_trip_masks_the_tool_block_and_keeps_versions_per_token():
@@ -55,7 +56,7 @@ def test_a_call_round_trip_masks_the_tool_block_and_keeps_versions_per_token():
         {"role": "assistant", "content": "done"},
     ]
     assert [(call.name, call.call, call.result) for call in sample.tool_calls] == [("f", '{"x": 1}', "42")]
-    assert sample.turns == 2 and sample.prompt_ids == [1, 2]
+    assert sample.turns == 2 and sample.prompt_ids == [1, 2] and sample.prompt_messages == PROMPT
 
 
 def test_results_past_the_budget_are_dropped_and_the_sample_ends_with_its_reply():
@@ -64,6 +65,13 @@ def test_results_past_the_budget_are_dropped_and_the_sample_ends_with_its_reply(
     assert len(seen) == 1
     assert sample.completion_ids == [7, 9] and sample.tool_mask == [1, 1] and sample.tool_calls == []
     assert sample.messages == [{"role": "assistant", "content": "", "tool_calls": [CALL]}]
+
+
+def test_results_that_use_the_last_of_the_budget_end_the_sample_without_asking_for_zero_tokens():
+    generate, seen = replies([7, 9], [8])
+    sample = run(generate, budget=5)  # 2 reply tokens + 3 of the tool block: nothing left to generate
+    assert len(seen) == 1 and sample.finish_reason == "length"
+    assert sample.completion_ids == [7, 9, *SUFFIX] and sample.messages[-1]["role"] == "tool"
 
 
 def test_results_that_would_fill_the_model_context_are_dropped():

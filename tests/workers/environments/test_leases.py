@@ -41,6 +41,9 @@ SOURCE = textwrap.dedent(
         def fail(self) -> str:
             raise ValueError("bad move")
 
+        def listing(self) -> list:
+            return [1, 2]
+
         async def get_reward(self) -> float:
             return float(len(self.columns))
     '''
@@ -92,23 +95,40 @@ def test_tool_failures_become_trl_error_results_and_a_slow_tool_times_out(tmp_pa
 
     async def scenario():
         lease, _ = await environments.open(setup, SINGLE, {})
+        first = environments._leased[lease].instance
         calls = [
             {"type": "function", "function": {"name": "fail", "arguments": {}}},
             {"type": "function", "function": {"name": "nope", "arguments": {}}},
             {"type": "other", "name": "x"},
+            {"type": "function", "function": {"name": "listing", "arguments": [1]}},
+            {"type": "function", "function": {"name": "listing", "arguments": {}}},
             {"type": "function", "function": {"name": "slow", "arguments": {}}},
         ]
         start = time.perf_counter()
         results = await environments.call(lease, calls, timeout_s=0.5)
-        return results, time.perf_counter() - start
+        took = time.perf_counter() - start
+        environments.close(lease)  # its slow call may still run: the instance is not handed to a later sample
+        later, _ = await environments.open(setup, SINGLE, {})
+        return results, took, environments._leased[later].instance is first
 
-    results, took = asyncio.run(scenario())
-    assert [(r.name, r.status) for r in results] == [("fail", "error"), ("nope", "error"), ("x", "error"), ("slow", "timeout")]
+    results, took, reused = asyncio.run(scenario())
+    statuses = [(r.name, r.status) for r in results]
+    assert statuses == [
+        ("fail", "error"),
+        ("nope", "error"),
+        ("x", "error"),
+        ("listing", "error"),
+        ("listing", "ok"),
+        ("slow", "timeout"),
+    ]
     assert results[0].content == "{'error': 'bad move'}"
     assert results[1].content == "{'error': 'Tool nope not found.'}"
     assert results[2].content == "{'error': 'Unsupported tool call type: other'}"
-    assert "did not answer within 0.5s" in results[3].content
+    assert "argument after ** must be a mapping" in results[3].content  # Python's words, as TRL gives them
+    assert results[4].content == "[1, 2]"  # str(result), as the Parquet stores it
+    assert "did not answer within 0.5s" in results[5].content
     assert took < 4  # the slow tool's thread finishes in the background
+    assert not reused
 
 
 def test_a_reset_that_raises_fails_the_sample_by_name_and_its_reward_is_awaited_otherwise(tmp_path):
