@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
-import time
 
 import pytest
 
@@ -104,14 +103,12 @@ def test_tool_failures_become_trl_error_results_and_a_slow_tool_times_out(tmp_pa
             {"type": "function", "function": {"name": "listing", "arguments": {}}},
             {"type": "function", "function": {"name": "slow", "arguments": {}}},
         ]
-        start = time.perf_counter()
         results = await environments.call(lease, calls, timeout_s=0.5)
-        took = time.perf_counter() - start
         environments.close(lease)  # its slow call may still run: the instance is not handed to a later sample
         later, _ = await environments.open(setup, SINGLE, {})
-        return results, took, environments._leased[later].instance is first
+        return results, environments._leased[later].instance is first
 
-    results, took, reused = asyncio.run(scenario())
+    results, reused = asyncio.run(scenario())
     statuses = [(r.name, r.status) for r in results]
     assert statuses == [
         ("fail", "error"),
@@ -127,7 +124,6 @@ def test_tool_failures_become_trl_error_results_and_a_slow_tool_times_out(tmp_pa
     assert "argument after ** must be a mapping" in results[3].content  # Python's words, as TRL gives them
     assert results[4].content == "[1, 2]"  # str(result), as the Parquet stores it
     assert "did not answer within 0.5s" in results[5].content
-    assert took < 4  # the slow tool's thread finishes in the background
     assert not reused
 
 
