@@ -9,7 +9,11 @@ prints one JSON line: each step's seconds, tokens per second after the first ste
 `torch.cuda.max_memory_allocated` (GPU only). A second line times the learner's side of an
 object-store weight sync (the weights cast to bfloat16 and packed into host buckets, as
 `Publication` hands them out) against a device-to-device copy of the same bytes, the floor of any
-sync on one GPU. With `--lora` both cover the adapter only, as a LoRA run's syncs do.
+sync on one GPU. With `--lora` both cover the adapter only, as a LoRA run's syncs do. With `--delta`,
+three more steps each followed by the learner's side of a delta sync to bfloat16 engines
+(workers/weights/delta.py): the share of elements and the bytes a patch sends, the time of
+`DeltaEncoder.encode` (on a GPU the patch is computed there) and of its checksum, against the same
+patch computed from the weights copied to host memory first.
 
 This is how the learner's GPU figures in docs/deploy/gpu-sizing.md were measured on a machine that
 has torch and CUDA but neither vLLM nor Ray.
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 STEPS = 4  # the first also allocates AdamW's state and warms the kernels
@@ -31,10 +36,15 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="learner.bf16: mixed-precision training (GPU only)")
     parser.add_argument("--lora", action="store_true", help="train a rank-16 LoRA adapter instead of every weight")
     parser.add_argument("--model", help="model folder (default: Qwen2.5-0.5B's architecture, random weights)")
+    parser.add_argument("--learning-rate", type=float, default=1e-5, help="AdamW's learning rate")
+    parser.add_argument("--delta", action="store_true", help="three more steps, each timing a delta sync's learner side")
     args = parser.parse_args()
     learner, batch = _learner(args)
     print(json.dumps(_steps(learner, batch, args)), flush=True)
     print(json.dumps(_sync(learner, adapter_only=args.lora)), flush=True)
+    if args.delta and not args.lora:
+        for figures in _delta_syncs(learner, batch):
+            print(json.dumps(figures), flush=True)
 
 
 def _learner(args: argparse.Namespace):
@@ -52,7 +62,7 @@ def _learner(args: argparse.Namespace):
         prompts_per_step=args.samples // GENERATIONS,
         num_generations=GENERATIONS,
         max_completion_length=512,
-        learning_rate=1e-5,
+        learning_rate=args.learning_rate,
         max_steps=STEPS,
         learner={"num_gpus": int(torch.cuda.is_available()), "bf16": args.bf16},
         lora={"r": 16, "lora_alpha": 32} if args.lora else None,
@@ -123,6 +133,46 @@ def _sync(learner, adapter_only: bool) -> dict:
         "copy_on_device_s": round(min(copies), 5),
         "copy_on_device_gb_per_s": round(nbytes / min(copies) / 1e9, 1),
     }
+
+
+def _delta_syncs(learner, batch: dict) -> Iterator[dict]:
+    """After each of three more optimizer steps, the learner's side of a delta sync to bfloat16 engines:
+    `DeltaEncoder.encode` on the learner's weights (on a GPU: the patch computed there), its checksum,
+    and the same patch from the weights copied to host memory first (where there is no GPU twin)."""
+    from workers.weights.delta import DeltaEncoder, full_checksum
+
+    encoder, from_host = DeltaEncoder("bfloat16"), DeltaEncoder("bfloat16")
+    encoder.anchor(learner.named_weights(), 0)
+    from_host.anchor(((name, tensor.cpu()) for name, tensor in learner.named_weights()), 0)
+    for version in range(1, 4):
+        learner.train_step(batch)
+        (manifest, wire), encode_s = _timed(encoder.encode, learner.named_weights(), version)
+        _, checksum_s = _timed(full_checksum, encoder.weights, encoder.weights)
+        (same, _), host_s = _timed(from_host.encode, ((n, t.cpu()) for n, t in learner.named_weights()), version)
+        yield {
+            "what": "delta weight sync, learner side",
+            "version": version,
+            "density": round(manifest.density, 5),
+            "model_bytes": manifest.nbytes,
+            "wire_bytes": sum(tensor.numel() * tensor.element_size() for _, tensor in wire),
+            "same_patch_from_host": same == manifest,
+            "encode_s": round(encode_s, 4),
+            "of_which_checksum_s": round(checksum_s, 4),
+            "encode_from_host_s": round(host_s, 4),
+        }
+
+
+def _timed(work, *args):
+    """(what `work(*args)` returns, its seconds), the GPU's queue drained on both sides."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    began = time.perf_counter()
+    result = work(*args)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return result, time.perf_counter() - began
 
 
 def _synchronize(tensor) -> None:

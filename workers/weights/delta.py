@@ -107,45 +107,50 @@ def changed(old: torch.Tensor, new: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 
 class DeltaEncoder:
-    """Learner side: the engines' copy of the weights (the baseline), and the patches from it."""
+    """Learner side: the engines' copy of the weights (the baseline), and the patches from it.
+
+    The baseline lives in host memory, where the patches and dense tensors are sent from. A weight on a
+    GPU also keeps a twin of its baseline there: the patch is computed on the GPU and only the patch
+    crosses to the host (at Qwen2.5-0.5B's size on one H200, 0.05-0.09 s per sync instead of 1.9-2.4 s
+    for every weight copied to the host and compared there), for one more copy of the weights in the
+    engines' dtype on the learner's GPU."""
 
     def __init__(self, dtype: str | None):
         """`dtype`: the engines' weight dtype, if known (floating-point weights are cast to it)."""
         import torch
 
         self.dtype = getattr(torch, dtype) if dtype is not None else None
-        self.weights: dict[str, torch.Tensor] = {}
+        self.weights: dict[str, torch.Tensor] = {}  # the baseline, in host memory
+        self.on_device: dict[str, torch.Tensor] = {}  # its twin, for the weights on a GPU
         self.version: int | None = None
         self.checksum = ""
 
     def anchor(self, named: Iterable[tuple[str, torch.Tensor]], version: int) -> list[tuple[str, torch.Tensor]]:
         """Take `named` as the baseline of `version` (a copy, in the engines' dtype); returns it, to be sent dense."""
-        self.weights = {name: self._as_sent(tensor).clone() for name, tensor in named}
+        self.weights, self.on_device = {}, {}
+        for name, tensor in named:
+            cast = self._cast(tensor)
+            if cast.is_cuda:
+                self.on_device[name] = cast.clone()
+            self.weights[name] = cast.to("cpu", copy=True)
         self.version = version
         self.checksum = full_checksum(self.weights, self.weights)
         return list(self.weights.items())
 
     def encode(self, named: Iterable[tuple[str, torch.Tensor]], version: int) -> tuple[Manifest, list[tuple[str, torch.Tensor]]]:
         """The patch from the baseline to `named` as `version`, per tensor sparse or dense; the baseline
-        becomes `named`. Returns its manifest and the tensors to send, in order."""
+        becomes `named`. Returns its manifest and the tensors to send (in host memory), in order."""
         if self.version is None:
             raise RuntimeError("a weight patch was asked for before any dense anchor")
         wire, sparse, elements, sent, nbytes = [], {}, 0, 0, 0
         for name, tensor in named:
-            new, old = self._as_sent(tensor), self.weights[name]
-            elements += new.numel()
-            nbytes += new.numel() * new.element_size()
-            patch = changed(old, new)
-            if patch is None:
-                old.copy_(new)
-                wire.append((name, old))
-                sent += new.numel()
-                continue
-            indices, values = patch
-            old.view(-1)[indices.long()] = values
-            wire += [(name + INDICES, indices), (name + VALUES, values)]
-            sparse[name] = tuple(new.shape)
-            sent += values.numel()
+            parts, patched, count = self._diff(name, tensor)
+            wire += parts
+            elements += tensor.numel()
+            nbytes += tensor.numel() * self.weights[name].element_size()
+            sent += count
+            if patched:
+                sparse[name] = tuple(tensor.shape)
         # Wider elements first (a stable sort: each patch's indices still come before its values): vLLM's
         # packed collective chunks lay tensors end to end, and each must start at a multiple of its
         # element size to be viewed in place (gloo.py); int32 indices after an odd count of bfloat16
@@ -156,10 +161,29 @@ class DeltaEncoder:
         manifest = Manifest(base, version, tuple(self.weights), sparse, self.checksum, elements, sent, nbytes)
         return manifest, wire
 
-    def _as_sent(self, tensor: torch.Tensor) -> torch.Tensor:
-        """`tensor` as the engines hold it, in host memory (a GPU learner's baseline takes none of its GPU's)."""
+    def _diff(self, name: str, tensor: torch.Tensor) -> tuple[list[tuple[str, torch.Tensor]], bool, int]:
+        """One weight's part of the patch, computed where its baseline's twin is (else in host memory):
+        (its wire tensors, whether they are a patch, the elements sent). Its baseline becomes `tensor`."""
+        host, twin = self.weights[name], self.on_device.get(name)
+        new = self._cast(tensor) if twin is not None else self._cast(tensor).to("cpu")
+        old = host if twin is None else twin
+        patch = changed(old, new)
+        if patch is None:
+            old.copy_(new)
+            if twin is not None:
+                host.copy_(twin)
+            return [(name, host)], False, new.numel()
+        indices, values = patch
+        old.view(-1)[indices.long()] = values
+        if twin is not None:
+            indices, values = indices.cpu(), values.cpu()
+            host.view(-1)[indices.long()] = values
+        return [(name + INDICES, indices), (name + VALUES, values)], True, values.numel()
+
+    def _cast(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` in the engines' dtype, where it is."""
         cast = self.dtype is not None and tensor.is_floating_point()
-        return tensor.detach().to(device="cpu", dtype=self.dtype if cast else tensor.dtype)
+        return tensor.detach().to(self.dtype) if cast else tensor.detach()
 
 
 class Mirror:

@@ -113,3 +113,21 @@ def test_the_book_patches_engines_that_hold_the_baseline_and_anchors_the_others(
     book.patched(9, accepted=[0, 1, 2], rejected=[])
     book.patched(10, accepted=[0, 1, 2], rejected=[])
     assert book.split([0, 1, 2])[2]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 1 CUDA GPU")
+def test_a_learner_on_a_gpu_computes_the_same_patch_there_and_sends_it_from_host_memory():
+    on_host, on_gpu = DeltaEncoder("bfloat16"), DeltaEncoder("bfloat16")
+    mirror = _loaded(on_host, version=0)
+    on_gpu.anchor(((name, tensor.cuda()) for name, tensor in _model().items()), version=0)
+    assert set(on_gpu.on_device) == set(_model()) and not on_host.on_device
+    for version, seed in ((1, 1), (2, 2)):
+        new = _step(_model(), lr=1e-3, seed=seed)
+        expected, expected_wire = on_host.encode(new.items(), version)
+        manifest, wire = on_gpu.encode(((name, tensor.cuda()) for name, tensor in new.items()), version)
+        assert manifest == expected and not any(tensor.is_cuda for _, tensor in wire)
+        assert [name for name, _ in wire] == [name for name, _ in expected_wire]
+        assert all(torch.equal(a, b) for (_, a), (_, b) in zip(wire, expected_wire))
+        mirror.apply(manifest, wire)  # the engine's copy checks out against the GPU learner's checksum
+    assert mirror.version == 2
