@@ -57,11 +57,11 @@ test: install lint site
 	$(PY) -m pytest $(PYTEST_ARGS) $(ARGS)
 
 # Regenerates the figures of the runs the docs show (plots and tables, in docs/assets/): the default
-# run, the tool-rollout demo, the same task as an agent and as a TRL environment, the chat demo, the DAPO recipe and the LoRA chat demo. Each is
+# run, the tool-rollout demo, the same task as an agent and as a TRL environment, the reasoning-gym example, the chat demo, the DAPO recipe and the LoRA chat demo. Each is
 # `python -m orchestrator train` with the config the docs name, then `report` on its run folder.
 # The bench figures (docs/assets/bench.json) come from `python -m orchestrator bench` instead.
 figures: install
-	rm -rf runs/docs-default runs/docs-lookup runs/docs-agent runs/docs-environment runs/docs-chat runs/docs-dapo runs/docs-chat-lora
+	rm -rf runs/docs-default runs/docs-lookup runs/docs-agent runs/docs-environment runs/docs-reasoning-gym runs/docs-chat runs/docs-dapo runs/docs-chat-lora
 	mkdir -p docs/assets
 	$(PY) -m orchestrator train output_dir=runs/docs-default
 	cp runs/docs-default/plots/reward.png docs/assets/default-reward.png
@@ -77,6 +77,9 @@ figures: install
 	$(PY) -m orchestrator train --config configs/environments/lookup.yaml output_dir=runs/docs-environment
 	cp runs/docs-environment/plots/reward.png docs/assets/environment-reward.png
 	$(PY) -m orchestrator report runs/docs-environment > docs/assets/environment-run.md
+	$(PY) -m orchestrator train --config configs/reasoning-gym/basic-arithmetic.yaml output_dir=runs/docs-reasoning-gym
+	cp runs/docs-reasoning-gym/plots/reward.png docs/assets/reasoning-gym-reward.png
+	$(PY) -m orchestrator report runs/docs-reasoning-gym > docs/assets/reasoning-gym-run.md
 	$(PY) -m orchestrator train --config configs/chat/arithmetic.yaml output_dir=runs/docs-chat
 	cp runs/docs-chat/plots/reward.png docs/assets/chat-reward.png
 	$(PY) -m orchestrator report runs/docs-chat > docs/assets/chat-run.md

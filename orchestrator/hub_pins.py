@@ -127,7 +127,7 @@ def _pin(key: str, repo: str, repo_type: str, revision: str) -> Pin:
 
 
 def _check_hub_name(key: str, named_by: str, value: str) -> None:
-    if value.startswith("builtin:") or Path(value).exists():
+    if value.startswith(("builtin:", "reasoning_gym:")) or Path(value).exists():
         raise UserError(
             f"{key}: {named_by} is {value!r}, a built-in or local file or folder; a revision pins a Hub repository "
             f"(remove {key}, or name the Hub id in {named_by})"

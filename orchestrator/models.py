@@ -15,13 +15,20 @@ def resolve_model(model: str | None, tokenizer: str | None, keys: tuple[str, str
     """(model, tokenizer) as paths or hub names. None (or 'builtin:search') is the built-in tiny
     model of the search task, 'builtin:lookup' the one of the lookup-tool task, 'builtin:chat' the tiny
     chat model (one folder with weights and a ChatML tokenizer, like a hub chat model), 'builtin:tool-chat'
-    the tiny tool-calling chat model (Qwen2.5's template). `keys` are the
+    the tiny tool-calling chat model (Qwen2.5's template), 'builtin:reasoning-chat' the tiny chat model of
+    reasoning-gym's basic_arithmetic. `keys` are the
     names the user gave them (config keys or command-line flags), for the errors."""
-    if model in ("builtin:chat", "builtin:tool-chat"):
+    if model in ("builtin:chat", "builtin:tool-chat", "builtin:reasoning-chat"):
         from orchestrator.builtin.chat_model import chat_model
+        from orchestrator.builtin.reasoning_chat_model import reasoning_chat_model
         from orchestrator.builtin.tool_chat_model import tool_chat_model
 
-        folder = str(chat_model() if model == "builtin:chat" else tool_chat_model())
+        builders = {
+            "builtin:chat": chat_model,
+            "builtin:tool-chat": tool_chat_model,
+            "builtin:reasoning-chat": reasoning_chat_model,
+        }
+        folder = str(builders[model]())
         return folder, tokenizer or folder
     if model is None or model.startswith("builtin:"):
         from orchestrator.builtin.tiny_model import TASKS, TinyModelSpec, tiny_model

@@ -84,9 +84,13 @@ def build_tokenizer(texts: list[str], vocab_size: int):
 
 
 def _build(spec: ChatModelSpec, folder: Path) -> None:
+    build(spec, arithmetic_task.conversations(spec.corpus_examples, spec.seed), folder)
+
+
+def build(spec: ChatModelSpec, chats: list[list[dict]], folder: Path) -> None:
+    """A ChatML model of `spec`'s shape, with its tokenizer, pre-trained on `chats` and saved to `folder`."""
     from orchestrator.builtin.tiny_model import pretrained_llama  # the same seeded model and pre-training
 
-    chats = arithmetic_task.conversations(spec.corpus_examples, spec.seed)
     contents = [f"{m['role']}\n{m['content']}" for chat in chats for m in chat]
     tokenizer = build_tokenizer(contents, spec.vocab_size)
     eos_id, pad_id = tokenizer.convert_tokens_to_ids([IM_END, PAD])

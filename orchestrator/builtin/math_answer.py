@@ -25,7 +25,8 @@ _FRAC = re.compile(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}")
 def math_answer_reward(prompts, completions, answer, **kwargs) -> list[float]:
     """TRL reward signature; `answer` is the dataset column of expected answers."""
     return [
-        1.0 if is_correct(_text(completion), expected) else 0.0 for completion, expected in zip(completions, answer, strict=True)
+        1.0 if is_correct(completion_text(completion), expected) else 0.0
+        for completion, expected in zip(completions, answer, strict=True)
     ]
 
 
@@ -34,7 +35,8 @@ def is_correct(completion: str, expected) -> bool:
     return found is not None and expected is not None and same_answer(found, str(expected))
 
 
-def _text(completion) -> str:
+def completion_text(completion) -> str:
+    """A completion's text (a conversational completion: its messages' contents, joined)."""
     if isinstance(completion, list):  # conversational: the assistant messages' text
         return "".join(message.get("content") or "" for message in completion)
     return completion

@@ -10,7 +10,7 @@ the built-in tiny model on the built-in search-call task. Field defaults follow 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -74,6 +74,23 @@ class WeightSyncConfig(StrictModel):
         return narrow and not lora and not one_node and backend in ("object_store", "gloo")
 
 
+class ReasoningGymConfig(StrictModel):
+    size: int = Field(1000, ge=1, description="Questions generated for a reasoning_gym source (the held-out set too).")
+    seed: int | None = Field(
+        None, description="The seed reasoning-gym generates them with; null: the run's seed. The held-out set uses seed + 1."
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The task's own config (reasoning-gym's config class of the task, e.g. max_terms for "
+        "basic_arithmetic); for the composite task, datasets: [{name, weight, config}].",
+    )
+    system_prompt: str | None = Field(
+        "default",
+        description="The system message of each question: one of reasoning-gym's SYSTEM_PROMPTS (default, "
+        "DeepSeekZero, simple, direct), all of which ask for the answer in <answer> tags; null: none.",
+    )
+
+
 class TrainConfig(GRPOSettings):
     # What to train
     model: str | None = Field(
@@ -97,7 +114,8 @@ class TrainConfig(GRPOSettings):
         "builtin:search",
         description="Training prompts: a .jsonl or .parquet file; a Hugging Face dataset, by its Hub name (e.g. "
         "trl-lib/DeepMath-103K) or as a local folder that datasets.load_dataset reads (data files such as "
-        "data/train-*.parquet) or that save_to_disk wrote; or 'builtin:search', 'builtin:lookup', 'builtin:arithmetic'. "
+        "data/train-*.parquet) or that save_to_disk wrote; or 'builtin:search', 'builtin:lookup', 'builtin:arithmetic'; or 'reasoning_gym:TASK', a task of "
+        "reasoning-gym (settings: reasoning_gym). "
         "A local file or folder of that name wins over a Hub name. The prompt column (prompts_column) holds strings or "
         "{role, content} message lists; every other column reaches reward functions as a keyword argument.",
         json_schema_extra=PATH,
@@ -128,6 +146,7 @@ class TrainConfig(GRPOSettings):
         default_factory=lambda: ["builtin:search_call"],
         description="Reward functions: 'path/file.py:name', 'package.module:name' or 'builtin:NAME'; or a reward model "
         "(a folder or a hub id: an entry with no ':NAME'), loaded as TRL loads one (a sequence classifier, num_labels 1) "
+        "(default for a reasoning_gym source: builtin:reasoning_gym, the task's own score) "
         "and served by the reward_models workers.",
         json_schema_extra=SPEC,
     )
@@ -174,6 +193,9 @@ class TrainConfig(GRPOSettings):
         description="Seconds one reward task (the reward functions on one batch of groups) may take, counted from its "
         "submission: past it the task is cancelled and the run stops with an error naming the reward functions, or, "
         "with reward_error_score set, the task's samples score that and are counted (reward_errors).",
+    )
+    reasoning_gym: ReasoningGymConfig = Field(
+        default_factory=ReasoningGymConfig, description="For prompts or eval_prompts 'reasoning_gym:TASK'."
     )
     # Chat prompts (TRL's conversational format: see data/conversations.py)
     system_prompt: str | None = Field(
@@ -417,6 +439,8 @@ class TrainConfig(GRPOSettings):
             return {**data, "reward_funcs": ["builtin:agent_reward"]}
         if isinstance(data, dict) and data.get("environment_factory") and "reward_funcs" not in data:
             return {**data, "reward_funcs": []}  # the environments' get_reward (TRL: reward_funcs optional then)
+        if isinstance(data, dict) and str(data.get("prompts", "")).startswith("reasoning_gym:") and "reward_funcs" not in data:
+            return {**data, "reward_funcs": ["builtin:reasoning_gym"]}  # the task's own score_answer
         return data
 
     @property

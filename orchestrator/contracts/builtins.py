@@ -13,6 +13,7 @@ REWARDS = {  # reward_funcs
     "exact_code": "orchestrator.builtin.lookup_task:exact_code_reward",
     "math_answer": "orchestrator.builtin.math_answer:math_answer_reward",
     "agent_reward": "orchestrator.builtin.agent_reward:agent_reward",
+    "reasoning_gym": "orchestrator.builtin.reasoning_gym_answer:reasoning_gym_reward",
 }
 
 AGENTS = {  # agent.fn
@@ -35,4 +36,4 @@ PROMPTS = {  # prompts, eval_prompts: functions returning records ({"prompt": ..
     "lookup_environment": "orchestrator.builtin.lookup_environment:records",
 }
 
-MODELS = ("search", "lookup", "chat", "tool-chat")  # model: tiny models built locally (orchestrator/models.py)
+MODELS = ("search", "lookup", "chat", "tool-chat", "reasoning-chat")  # model: tiny models built locally (orchestrator/models.py)

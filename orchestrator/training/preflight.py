@@ -12,6 +12,7 @@ import numpy as np
 
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.errors import UserError
+from orchestrator.data import reasoning_gym
 from orchestrator.data.prompt_data import PromptData, select
 from orchestrator.data.prompts import read_prompt_data
 from orchestrator.hub_pins import Pin
@@ -53,9 +54,7 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None, resumed: R
 
     model, tokenizer_name = resolve_model(config.model, config.tokenizer)
     config, pins = hub_pins.pin(config, model, resumed.root if resumed else None)
-    data = _read(
-        config.prompts, "prompts", config.prompts_split, config.prompts_subset, config.prompts_column, config.prompts_revision
-    )
+    data = _source(config, "prompts")
     for spec in config.reward_funcs:  # reads each user file: the copy every process gets (contracts/user_functions.py)
         if not is_model(spec):
             resolve(spec)
@@ -101,9 +100,7 @@ def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str, t
 
     if config.eval_prompts is None:
         return None
-    data = _read(
-        config.eval_prompts, "eval_prompts", config.eval_prompts_split, config.eval_prompts_subset, config.eval_prompts_column
-    )
+    data = _source(config, "eval_prompts")
     records, chat, prompt_ids, names = _rendered(data, config.eval_prompts, config, tokenizer, tokenizer_name, tool_calling)
     lengths = [len(ids) for ids in prompt_ids]
     check_prompt_fits(
@@ -208,6 +205,18 @@ def _check_agent(config: TrainConfig, columns) -> None:
             f"agent.fn: {spec!r} cannot be called as fn(client, prompt, {', '.join(f'{n}=...' for n in names) or '**columns'}) "
             f"with this dataset's columns: {error}"
         ) from None
+
+
+def _source(config: TrainConfig, key: str) -> PromptData:
+    """The rows of `prompts` or `eval_prompts` (`key`), as its settings say. A reasoning_gym source is
+    generated with its own seed (or the run's), the held-out set with that seed + 1."""
+    source = getattr(config, key)
+    if reasoning_gym.is_source(source):
+        seed = config.seed if config.reasoning_gym.seed is None else config.reasoning_gym.seed
+        return reasoning_gym.read(source, config.reasoning_gym, key, seed + (key == "eval_prompts"))
+    if key == "prompts":
+        return _read(source, key, config.prompts_split, config.prompts_subset, config.prompts_column, config.prompts_revision)
+    return _read(source, key, config.eval_prompts_split, config.eval_prompts_subset, config.eval_prompts_column)
 
 
 def _read(source: str, key: str, split: str, subset: str | None, column: str, revision: str | None = None) -> PromptData:

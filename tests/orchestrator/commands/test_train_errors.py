@@ -230,3 +230,10 @@ def test_agent_deadlines_that_end_after_the_groups_are_refused(tmp_path, capsys)
         "rollout.request_timeout_s=400",
     )
     assert "agent.session_timeout_s=300 + agent.call_timeout_s=120 must be under rollout.request_timeout_s=400" in err, err
+
+
+def test_an_unknown_reasoning_gym_task_lists_close_names(tmp_path, capsys):
+    err = _train(tmp_path, capsys, "prompts=reasoning_gym:basic_arithmetc")
+    assert "prompts: reasoning-gym has no task 'basic_arithmetc' (did you mean basic_arithmetic, " in err
+    err = _train(tmp_path, capsys, "prompts=reasoning_gym:gcd", "reasoning_gym.config.max_value=x")
+    assert "reasoning_gym.config: reasoning-gym's task 'gcd' refused its config" in err
