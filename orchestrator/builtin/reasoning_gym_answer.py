@@ -5,6 +5,8 @@ own training examples extract it (`reasoning_gym.utils.extract_answer`), and sco
 `score_answer` against the entry that generated the prompt (rebuilt from the `reasoning_gym` column:
 data/reasoning_gym.py). Most tasks give 1.0 for the exact answer and partial credit for an answer
 that contains it; a completion without the tags scores what the task gives no answer (0 for most).
+A row of another prompt source (no `reasoning_gym` value) gets None: the function does not apply to
+it, as TRL reads None, and the run's other reward functions score it.
 
     prompts: reasoning_gym:basic_arithmetic
     reward_funcs: [builtin:reasoning_gym]       # the default for a reasoning_gym source
@@ -20,12 +22,15 @@ import json
 from orchestrator.builtin.math_answer import completion_text
 
 
-def reasoning_gym_reward(completions, reasoning_gym, **kwargs) -> list[float]:
+def reasoning_gym_reward(completions, reasoning_gym, **kwargs) -> list[float | None]:
     """TRL reward signature; `reasoning_gym` is the column data/reasoning_gym.py writes."""
     from reasoning_gym.utils import extract_answer
 
     scores = []
     for completion, source in zip(completions, reasoning_gym, strict=True):
+        if source is None:  # a row of another source (weighted sources): TRL's "does not apply"
+            scores.append(None)
+            continue
         task, entry = _entry(source)
         answer = extract_answer(completion_text(completion), tag_name="answer")
         scores.append(float(task.score_answer(answer, entry)))

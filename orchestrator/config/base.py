@@ -16,7 +16,7 @@ class ConfigError(UserError):
 def explain(error: ValidationError, model: type[BaseModel], prefix: str = "") -> ConfigError:
     """Turn pydantic's error list into one message that names each bad key (dotted)."""
     lines = []
-    for item in error.errors():
+    for item in _meant(error.errors()):
         key = prefix + ".".join(str(part) for part in item["loc"])
         if item["type"] == "extra_forbidden":
             lines.append(f"unknown config key '{key}'{_suggestion(key, model)}")
@@ -26,6 +26,30 @@ def explain(error: ValidationError, model: type[BaseModel], prefix: str = "") ->
             given = item.get("input")
             lines.append(f"config key '{key}': {item['msg']} (got {given!r})")
     return ConfigError("\n".join(lines))
+
+
+def _meant(errors: list[dict]) -> list[dict]:
+    """Of a value that fits none of its field's types (`prompts: str | list[...]`), the errors of the
+    type it was meant as: a type whose only error is that the value is not of it goes when another type
+    has more to say, and the type's name leaves the key (`prompts.0.ratio`, not `prompts.list[...].0.ratio`)."""
+    wrong_type = [item for item in errors if item["type"].endswith("_type") and len(item["loc"]) >= 2]
+    dropped, branches = [], set()
+    for item in wrong_type:
+        field, branch = item["loc"][:-1], item["loc"][-1]
+        others = [o for o in errors if o is not item and o["loc"][: len(field)] == field and len(o["loc"]) > len(field) + 1]
+        if others and all(o["loc"][len(field)] != branch for o in others):
+            dropped.append(item)
+            branches.update((field, o["loc"][len(field)]) for o in others)
+    kept = []
+    for item in errors:
+        if any(item is d for d in dropped):
+            continue
+        loc = item["loc"]
+        for field, branch in branches:
+            if loc[: len(field)] == field and len(loc) > len(field) and loc[len(field)] == branch:
+                loc = (*field, *loc[len(field) + 1 :])
+        kept.append({**item, "loc": loc})
+    return kept
 
 
 def _suggestion(dotted_key: str, model: type[BaseModel]) -> str:

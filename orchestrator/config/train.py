@@ -10,6 +10,7 @@ the built-in tiny model on the built-in search-call task. Field defaults follow 
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -74,6 +75,31 @@ class WeightSyncConfig(StrictModel):
         return narrow and not lora and not one_node and backend in ("object_store", "gloo")
 
 
+class PromptSource(StrictModel):
+    source: str = Field(
+        description="What to read, as `prompts` takes it: a file, a dataset, builtin:NAME or reasoning_gym:TASK.",
+        json_schema_extra=PATH,
+    )
+    ratio: float = Field(1.0, gt=0.0, description="This source's share of the prompts drawn (the ratios are normalised).")
+    name: str | None = Field(
+        None, description="The source's name in the metrics (sources/NAME/...); default: the source with / and : as _."
+    )
+    split: str | None = Field(None, description="As prompts_split, for this source (default: prompts_split).")
+    subset: str | None = Field(None, description="As prompts_subset, for this source (default: prompts_subset).")
+    column: str | None = Field(None, description="As prompts_column, for this source (default: prompts_column).")
+
+    @property
+    def label(self) -> str:
+        return self.name or re.sub(r"[/:\\]+", "_", self.source).strip("_")
+
+
+def _all_reasoning_gym(prompts) -> bool:
+    """Whether `prompts` (as written in the config) names reasoning-gym tasks only."""
+    sources = prompts if isinstance(prompts, list) else [prompts]
+    names = [source.get("source") if isinstance(source, dict) else getattr(source, "source", source) for source in sources]
+    return bool(names) and all(isinstance(name, str) and name.startswith("reasoning_gym:") for name in names)
+
+
 class ReasoningGymConfig(StrictModel):
     size: int = Field(1000, ge=1, description="Questions generated for a reasoning_gym source (the held-out set too).")
     seed: int | None = Field(
@@ -110,14 +136,15 @@ class TrainConfig(GRPOSettings):
         "Null: the Hub's default branch, unpinned.",
     )
     # Data and rewards
-    prompts: str = Field(
+    prompts: str | list[PromptSource] = Field(
         "builtin:search",
         description="Training prompts: a .jsonl or .parquet file; a Hugging Face dataset, by its Hub name (e.g. "
         "trl-lib/DeepMath-103K) or as a local folder that datasets.load_dataset reads (data files such as "
         "data/train-*.parquet) or that save_to_disk wrote; or 'builtin:search', 'builtin:lookup', 'builtin:arithmetic'; or 'reasoning_gym:TASK', a task of "
         "reasoning-gym (settings: reasoning_gym). "
         "A local file or folder of that name wins over a Hub name. The prompt column (prompts_column) holds strings or "
-        "{role, content} message lists; every other column reaches reward functions as a keyword argument.",
+        "{role, content} message lists; every other column reaches reward functions as a keyword argument. Or a list "
+        "of sources, [{source, ratio, name, split, subset, column}], drawn by ratio (weighted sources).",
         json_schema_extra=PATH,
     )
     prompts_split: str = Field(
@@ -439,9 +466,27 @@ class TrainConfig(GRPOSettings):
             return {**data, "reward_funcs": ["builtin:agent_reward"]}
         if isinstance(data, dict) and data.get("environment_factory") and "reward_funcs" not in data:
             return {**data, "reward_funcs": []}  # the environments' get_reward (TRL: reward_funcs optional then)
-        if isinstance(data, dict) and str(data.get("prompts", "")).startswith("reasoning_gym:") and "reward_funcs" not in data:
+        if isinstance(data, dict) and "reward_funcs" not in data and _all_reasoning_gym(data.get("prompts")):
             return {**data, "reward_funcs": ["builtin:reasoning_gym"]}  # the task's own score_answer
         return data
+
+    @model_validator(mode="after")
+    def _sources_are_named_once(self):
+        if isinstance(self.prompts, list):
+            if not self.prompts:
+                raise ValueError("prompts: an empty list; name at least one source")
+            labels = [source.label for source in self.prompts]
+            repeated = sorted({label for label in labels if labels.count(label) > 1})
+            if repeated:
+                raise ValueError(f"prompts: two sources are named {repeated[0]!r}; give each its own name")
+            if self.prompts_revision is not None:
+                raise ValueError("prompts_revision pins one Hub dataset; with several prompts sources, leave it out")
+        return self
+
+    @property
+    def prompt_sources(self) -> list[PromptSource]:
+        """`prompts` as a list of sources: one source of ratio 1 when it names one."""
+        return [PromptSource(source=self.prompts)] if isinstance(self.prompts, str) else self.prompts
 
     @property
     def text_tools(self) -> list[ToolConfig]:

@@ -25,7 +25,7 @@ import numpy as np
 from orchestrator import stopping
 from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.errors import LearnerDiedError, RunError, Terminated
-from orchestrator.data.stream import PromptStream
+from orchestrator.data.stream import prompt_stream
 from orchestrator.launch import Components
 from orchestrator.log import log
 from orchestrator.rewards.scoring import RewardScorer, StepRewards
@@ -40,7 +40,7 @@ from orchestrator.training.busy import BusyClock
 from orchestrator.training.control import ControlFile
 from orchestrator.training.evaluation import Evaluation
 from orchestrator.training.evaluation import progress_line as eval_progress_line
-from orchestrator.training.metrics import MetricsLog, progress_line, read_metrics, rollout_metrics
+from orchestrator.training.metrics import MetricsLog, progress_line, read_metrics, rollout_metrics, source_metrics
 from orchestrator.training.prefetch import Prefetcher
 from orchestrator.training.requests import PromptSet, build_requests
 from orchestrator.training.run_dir import ResumeState, RunDir, resume_hint
@@ -63,7 +63,7 @@ class GRPORun:
         self.components = components
         resume = resume or ResumeState(step=0, stream_position=0, policy_version=0)
         self.first_step = resume.step + 1
-        self.stream = PromptStream(data.prompts, seed=config.seed, position=resume.stream_position)
+        self.stream = prompt_stream(data, config.seed, resume.stream_position)
         self.weights = components.weights  # its version is the policy version: resume.policy_version here
         self.sampling = config.sampling()
         self.tool_use = config.tool_use()
@@ -296,7 +296,8 @@ class GRPORun:
     def _rollout_metrics(self, samples: StepSamples) -> dict:
         eos = self.components.tokenizer.eos_token_id
         tools = self.tool_use is not None or self.data.environment is not None
-        return rollout_metrics(samples, eos, tools=tools, agent=self.agent_use is not None)
+        metrics = rollout_metrics(samples, eos, tools=tools, agent=self.agent_use is not None)
+        return metrics if self.data.sources is None else {**metrics, **source_metrics(samples, self.data.sources)}
 
     def step(self, step: int) -> dict:
         start, generating = time.perf_counter(), self._generating.seconds()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.data.sources import Sources
 from orchestrator.rollout.samples import StepSamples
 
 
@@ -40,6 +41,22 @@ def rollout_metrics(samples: StepSamples, eos_token_id: int | None, tools: bool 
     for name, values in samples.rewards.items():  # NaN: the function did not apply to that sample (it returned None)
         applied = values[sessions & ~np.isnan(values)]
         metrics[f"{name}/mean"] = float(applied.mean()) if applied.size else None
+    return metrics
+
+
+def source_metrics(samples: StepSamples, sources: Sources) -> dict[str, float]:
+    """Weighted sources: each source's share of the step's samples and of their tokens (prime-rl's
+    ratio_samples and ratio_tokens), its samples and its mean reward (None when it had no sample)."""
+    source = sources.of_rows()[samples.prompt_index]
+    sessions = samples.sessions()
+    lengths = samples.model_tokens()
+    metrics = {}
+    for index, name in enumerate(sources.names):
+        mine = (source == index) & sessions
+        metrics[f"sources/{name}/samples"] = int(mine.sum())
+        metrics[f"sources/{name}/ratio_samples"] = float(mine.sum() / max(1, sessions.sum()))
+        metrics[f"sources/{name}/ratio_tokens"] = float(lengths[mine].sum() / max(1, lengths[sessions].sum()))
+        metrics[f"sources/{name}/reward"] = float(samples.reward[mine].mean()) if mine.any() else None
     return metrics
 
 

@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from orchestrator.config.train import TrainConfig
+from orchestrator.config.train import PromptSource, TrainConfig
 from orchestrator.contracts.errors import UserError
 from orchestrator.data import reasoning_gym
 from orchestrator.data.prompt_data import PromptData, select
 from orchestrator.data.prompts import read_prompt_data
+from orchestrator.data.sources import Sources, join
 from orchestrator.hub_pins import Pin
 from orchestrator.rollout.samples import Ragged
 from orchestrator.training.evaluation import EvalSet
@@ -54,7 +55,7 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None, resumed: R
 
     model, tokenizer_name = resolve_model(config.model, config.tokenizer)
     config, pins = hub_pins.pin(config, model, resumed.root if resumed else None)
-    data = _source(config, "prompts")
+    data, sources = _training_data(config)
     for spec in config.reward_funcs:  # reads each user file: the copy every process gets (contracts/user_functions.py)
         if not is_model(spec):
             resolve(spec)
@@ -67,14 +68,15 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None, resumed: R
 
         check_model(model, config.lora, config.model_revision)
     tool_calling = environment_use(config, tokenizer)
-    records, chat, prompt_ids, names = _rendered(data, config.prompts, config, tokenizer, tokenizer_name, tool_calling)
+    records, chat, prompt_ids, names = _rendered(data, _where(config), config, tokenizer, tokenizer_name, tool_calling)
     kept = _check_prompt_lengths(prompt_ids, config)
     dropped = len(records) - len(kept)
     if dropped:
         records, prompt_ids = [records[i] for i in kept], [prompt_ids[i] for i in kept]
         names = None if names is None else [names[i] for i in kept]
+        sources = None if sources is None else sources.kept(kept)
     lengths = [len(ids) for ids in prompt_ids]
-    check_prompt_fits(lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), config.prompts)
+    check_prompt_fits(lengths, config.max_completion_length, context_limit(model, config.rollout.max_model_len), _where(config))
     conversations = split_messages(records, chat)
     prompts = [record["prompt"] for record in records]
     columns = select(data.columns, kept) if dropped else data.columns
@@ -87,9 +89,7 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None, resumed: R
     reward_models.check(config, conversational, sample_tokens)
     judges.check(config, longest)
     ids = Ragged.of(prompt_ids, np.int32)
-    checked = PromptSet(
-        prompts, ids, columns, conversations, eval_set=eval_set, environment=tool_calling, environment_names=names
-    )
+    checked = PromptSet(prompts, ids, columns, conversations, tool_calling, names, sources=sources, eval_set=eval_set)
     return Checked(model, tokenizer_name, tokenizer, checked, dropped, longest, template, pins)
 
 
@@ -100,7 +100,7 @@ def _eval_set(config: TrainConfig, tokenizer, tokenizer_name: str, model: str, t
 
     if config.eval_prompts is None:
         return None
-    data = _source(config, "eval_prompts")
+    data = _eval_data(config)
     records, chat, prompt_ids, names = _rendered(data, config.eval_prompts, config, tokenizer, tokenizer_name, tool_calling)
     lengths = [len(ids) for ids in prompt_ids]
     check_prompt_fits(
@@ -207,16 +207,39 @@ def _check_agent(config: TrainConfig, columns) -> None:
         ) from None
 
 
-def _source(config: TrainConfig, key: str) -> PromptData:
-    """The rows of `prompts` or `eval_prompts` (`key`), as its settings say. A reasoning_gym source is
-    generated with its own seed (or the run's), the held-out set with that seed + 1."""
-    source = getattr(config, key)
-    if reasoning_gym.is_source(source):
-        seed = config.seed if config.reasoning_gym.seed is None else config.reasoning_gym.seed
-        return reasoning_gym.read(source, config.reasoning_gym, key, seed + (key == "eval_prompts"))
-    if key == "prompts":
-        return _read(source, key, config.prompts_split, config.prompts_subset, config.prompts_column, config.prompts_revision)
-    return _read(source, key, config.eval_prompts_split, config.eval_prompts_subset, config.eval_prompts_column)
+def _training_data(config: TrainConfig) -> tuple[PromptData, Sources | None]:
+    """The training rows: of one source, or of several joined, with which rows each source holds."""
+    if isinstance(config.prompts, str):
+        return _source(config, config.prompt_sources[0], "prompts"), None
+    data, rows = join([_source(config, source, f"prompts[{i}].source") for i, source in enumerate(config.prompts)])
+    return data, Sources([source.label for source in config.prompts], [source.ratio for source in config.prompts], rows)
+
+
+def _source(config: TrainConfig, source: PromptSource, key: str) -> PromptData:
+    """The rows of one training source, as its settings (or the prompts_* keys) say. A reasoning_gym
+    source is generated with its own seed (or the run's)."""
+    if reasoning_gym.is_source(source.source):
+        return reasoning_gym.read(source.source, config.reasoning_gym, key, _gym_seed(config))
+    split, subset = source.split or config.prompts_split, source.subset or config.prompts_subset
+    return _read(source.source, key, split, subset, source.column or config.prompts_column, config.prompts_revision)
+
+
+def _eval_data(config: TrainConfig) -> PromptData:
+    """The held-out rows: a reasoning_gym source generated with the seed + 1, or as eval_prompts_* say."""
+    if reasoning_gym.is_source(config.eval_prompts):
+        return reasoning_gym.read(config.eval_prompts, config.reasoning_gym, "eval_prompts", _gym_seed(config) + 1)
+    return _read(
+        config.eval_prompts, "eval_prompts", config.eval_prompts_split, config.eval_prompts_subset, config.eval_prompts_column
+    )
+
+
+def _where(config: TrainConfig) -> str:
+    """The training prompts, as errors name them."""
+    return config.prompts if isinstance(config.prompts, str) else "prompts (the sources joined, in order)"
+
+
+def _gym_seed(config: TrainConfig) -> int:
+    return config.seed if config.reasoning_gym.seed is None else config.reasoning_gym.seed
 
 
 def _read(source: str, key: str, split: str, subset: str | None, column: str, revision: str | None = None) -> PromptData:
@@ -252,7 +275,7 @@ def _check_prompt_lengths(prompt_ids: list[list[int]], config: TrainConfig) -> l
             kept.append(index)
         elif not config.drop_long_prompts:
             raise UserError(
-                f"prompt {index} ({config.prompts}) has {len(ids)} tokens, more than max_prompt_length={limit} "
+                f"prompt {index} ({_where(config)}) has {len(ids)} tokens, more than max_prompt_length={limit} "
                 "(raise max_prompt_length, or set drop_long_prompts: true to skip such prompts)"
             )
     if not kept:

@@ -19,6 +19,7 @@ from orchestrator.contracts.environments import EnvironmentUse
 from orchestrator.contracts.groups import GroupRequest
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.tools import ToolUse
+from orchestrator.data.sources import Sources
 from orchestrator.data.stream import StreamItem
 from orchestrator.rollout.groups import make_groups, row_inputs
 from orchestrator.rollout.samples import Ragged
@@ -37,6 +38,7 @@ class PromptSet:
     conversations: list[list[dict]] | None = None  # each prompt's messages, when the prompts are conversations
     environment: EnvironmentUse | None = None  # TRL's tool calling: tools and environments (orchestrator/environments.py)
     environment_names: list[str] | None = None  # with `environment`: each prompt's environment
+    sources: Sources | None = None  # weighted sources: their names, ratios and rows (data/sources.py)
     eval_set: EvalSet | None = None  # held-out prompts (training/evaluation.py)
 
     @staticmethod

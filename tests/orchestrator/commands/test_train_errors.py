@@ -237,3 +237,14 @@ def test_an_unknown_reasoning_gym_task_lists_close_names(tmp_path, capsys):
     assert "prompts: reasoning-gym has no task 'basic_arithmetc' (did you mean basic_arithmetic, " in err
     err = _train(tmp_path, capsys, "prompts=reasoning_gym:gcd", "reasoning_gym.config.max_value=x")
     assert "reasoning_gym.config: reasoning-gym's task 'gcd' refused its config" in err
+
+
+def test_weighted_sources_need_positive_ratios_and_names_of_their_own(tmp_path, capsys):
+    config = tmp_path / "mix.yaml"
+    config.write_text("prompts:\n  - {source: builtin:search, ratio: 0}\n  - {source: builtin:lookup}\n")
+    err = _train(tmp_path, capsys, "--config", str(config))
+    assert "config key 'prompts.0.ratio': Input should be greater than 0 (got 0)" in err and "prompts.str" not in err
+    config.write_text("prompts:\n  - {source: builtin:search}\n  - {source: builtin:search, ratio: 2}\n")
+    assert "prompts: two sources are named 'builtin_search'; give each its own name" in _train(
+        tmp_path, capsys, "--config", str(config)
+    )

@@ -85,3 +85,9 @@ def test_bad_settings_name_the_key_to_fix(task, settings, message):
     with pytest.raises(UserError) as raised:
         _read(task, **settings)
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_rows_of_another_source_are_not_scored_by_it():
+    data = _read(config=SUMS)
+    cells = [data.columns[0]["reasoning_gym"], None]
+    assert reasoning_gym_reward([f"<answer>{data.columns[0]['answer']}</answer>", "<answer>1</answer>"], cells) == [1.0, None]
