@@ -34,6 +34,9 @@ def read(spec: str, settings, key: str, seed: int) -> PromptData:
     """The rows of the task `spec` names, generated with `settings` (config.reasoning_gym) and `seed`;
     `key` is the config key that named it (errors name it)."""
     task = spec.removeprefix(PREFIX)
+    clash = sorted({"size", "seed"} & set(settings.config))
+    if clash:
+        raise UserError(f"reasoning_gym.config.{clash[0]}: set reasoning_gym.{clash[0]} instead (the held-out set follows it)")
     config = {**settings.config, "size": settings.size, "seed": seed}
     dataset = _dataset(task, config, key)
     system = _system_prompt(settings.system_prompt)

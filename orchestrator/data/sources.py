@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from orchestrator.contracts.errors import UserError
 from orchestrator.data.prompt_data import PromptData
 
 
@@ -60,4 +61,10 @@ class Sources:
     def kept(self, kept: list[int]) -> Sources:
         """These sources after only the prompts `kept` (old indices, in order) stay, renumbered."""
         new = {old: position for position, old in enumerate(kept)}
-        return Sources(self.names, self.ratios, [[new[row] for row in rows if row in new] for rows in self.rows])
+        rows = [[new[row] for row in source_rows if row in new] for source_rows in self.rows]
+        emptied = [name for name, source_rows in zip(self.names, rows) if not source_rows]
+        if emptied:
+            raise UserError(
+                f"prompts: source {emptied[0]!r} has no prompt within max_prompt_length (drop_long_prompts dropped them all)"
+            )
+        return Sources(self.names, self.ratios, rows)

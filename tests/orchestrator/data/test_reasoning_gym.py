@@ -79,6 +79,7 @@ def test_a_reasoning_gym_source_is_scored_by_its_own_task_unless_reward_funcs_sa
         ),
         ("basic_arithmetic", {"config": {"min_terms": 0}}, "(AssertionError: min_terms must be positive)"),
         ("basic_arithmetic", {"system_prompt": "terse"}, "reasoning_gym.system_prompt: 'terse' is not one of reasoning-gym's"),
+        ("basic_arithmetic", {"config": {"seed": 3}}, "reasoning_gym.config.seed: set reasoning_gym.seed instead"),
     ],
 )
 def test_bad_settings_name_the_key_to_fix(task, settings, message):
