@@ -1,5 +1,5 @@
 """A tiny chat model for reasoning-gym's `basic_arithmetic`, built here: the ChatML model of
-chat_model.py, pre-trained on that task's own questions (sums and differences of two one-digit
+chat_model.py, pre-trained on that task's own questions (sums of two one-digit
 numbers, as configs/reasoning-gym/basic-arithmetic.yaml asks them) under reasoning-gym's `direct`
 system prompt.
 
