@@ -113,7 +113,7 @@ class ReasoningGymConfig(StrictModel):
     system_prompt: str | None = Field(
         "default",
         description="The system message of each question: one of reasoning-gym's SYSTEM_PROMPTS (default, "
-        "DeepSeekZero, simple, direct), all of which ask for the answer in <answer> tags; null: none.",
+        "DeepSeekZero, simple, direct, chain_of_draft), all of which ask for the answer in <answer> tags; null: none.",
     )
 
 
