@@ -120,10 +120,10 @@ def _sync(learner, adapter_only: bool) -> dict:
     flat = torch.cat([tensor.detach().reshape(-1).to(torch.bfloat16) for _, tensor in weights])
     target, copies = torch.empty_like(flat), []
     for _ in range(10):
-        _synchronize(flat)
+        _synchronize()
         began = time.perf_counter()
         target.copy_(flat)
-        _synchronize(flat)
+        _synchronize()
         copies.append(time.perf_counter() - began)
     return {
         "what": "weight sync, learner side",
@@ -164,21 +164,18 @@ def _delta_syncs(learner, batch: dict) -> Iterator[dict]:
 
 def _timed(work, *args):
     """(what `work(*args)` returns, its seconds), the GPU's queue drained on both sides."""
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    _synchronize()
     began = time.perf_counter()
     result = work(*args)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    _synchronize()
     return result, time.perf_counter() - began
 
 
-def _synchronize(tensor) -> None:
+def _synchronize() -> None:
+    """Wait for the GPU's queued work, if there is a GPU."""
     import torch
 
-    if tensor.is_cuda:
+    if torch.cuda.is_available():
         torch.cuda.synchronize()
 
 

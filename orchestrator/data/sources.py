@@ -7,7 +7,9 @@ get the dataset's columns by name and a batch mixes the sources' rows.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,7 +32,7 @@ class JoinedRows(Sequence):
     def __getitem__(self, index: int) -> dict:
         if not 0 <= index < len(self):
             raise IndexError(f"row {index} of {len(self)}")
-        part = max(p for p, start in enumerate(self._starts[:-1]) if start <= index)
+        part = bisect.bisect_right(self._starts, index) - 1
         row = self.parts[part][index - self._starts[part]]
         return {key: row.get(key) for key in self.keys}
 
@@ -51,8 +53,9 @@ class Sources:
     ratios: list[float]
     rows: list[list[int]]  # each source's indices in the joined prompt list
 
+    @functools.cached_property
     def of_rows(self) -> np.ndarray:
-        """Each prompt's source, by index."""
+        """Each prompt's source, by index (computed once: the metrics read it every step)."""
         source = np.zeros(sum(len(rows) for rows in self.rows), dtype=np.int32)
         for index, rows in enumerate(self.rows):
             source[rows] = index

@@ -60,6 +60,7 @@ class MixedStream:
             raise ValueError("every source needs rows and a positive ratio")
         self.prompts = prompts
         self.shares = [ratio / sum(ratios) for ratio in ratios]
+        # Each source's own stream runs over its row indices: the items it yields are indices into `prompts`.
         self._sources = [PromptStream(source_rows, seed * 1_000_003 + 7_919 * s) for s, source_rows in enumerate(rows)]
         self._position = 0
         self.position = position

@@ -47,7 +47,7 @@ def rollout_metrics(samples: StepSamples, eos_token_id: int | None, tools: bool 
 def source_metrics(samples: StepSamples, sources: Sources) -> dict[str, float]:
     """Weighted sources: each source's share of the step's samples and of their tokens (prime-rl's
     ratio_samples and ratio_tokens), its samples and its mean reward (None when it had no sample)."""
-    source = sources.of_rows()[samples.prompt_index]
+    source = sources.of_rows[samples.prompt_index]
     sessions = samples.sessions()
     lengths = samples.model_tokens()
     metrics = {}

@@ -54,6 +54,6 @@ def test_joined_sources_keep_their_rows_and_every_row_has_every_column():
     assert data.prompts == ["x", "y", "y"] and rows == [[0], [1, 2]]
     assert list(data.columns) == [{"answer": "1", "task": None}, {"answer": None, "task": "t"}, {"answer": None, "task": "t"}]
     sources = Sources(["a", "b"], [1.0, 1.0], rows)
-    assert sources.of_rows().tolist() == [0, 1, 1] and sources.kept([0, 2]).rows == [[0], [1]]
+    assert sources.of_rows.tolist() == [0, 1, 1] and sources.kept([0, 2]).rows == [[0], [1]]
     with pytest.raises(UserError, match="prompts: source 'a' has no prompt within max_prompt_length"):
         sources.kept([1, 2])
