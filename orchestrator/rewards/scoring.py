@@ -25,6 +25,9 @@ overlaps generation with tasks that grow instead of multiplying.
 Every task has a deadline (`reward_timeout_s`), kept by the driver: a reward function that hangs
 cannot stop itself, so waiting for a task's scores waits only until its deadline, and a task past it
 is cancelled and scored by `RewardScorer.timed_out` (an error, or `reward_error_score`).
+
+A task whose worker process dies (the kernel's OOM killer, a lost node, a stray kill) runs once more,
+within the same deadline; one that raises, or that its deadline cancelled, is never rerun.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from typing import NamedTuple
 from orchestrator.contracts.environments import EnvironmentUse
 from orchestrator.contracts.errors import RunError, UserError
 from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
+
+PROCESS_RETRIES = 1  # reruns of a reward task whose worker process died
 
 # Names the reward call itself uses; a dataset column with one of these names is not forwarded.
 RESERVED_REWARD_KWARGS = {
@@ -118,8 +123,9 @@ class RewardScorer:
 
         from orchestrator.rewards.functions import score
 
-        if self._task is None:
-            self._task = ray.remote(score).options(num_cpus=self.num_cpus, max_retries=0, **_on_driver_node(self.num_cpus))
+        if self._task is None:  # a task whose worker process dies runs once more (raising is not retried)
+            options = dict(num_cpus=self.num_cpus, max_retries=PROCESS_RETRIES, **_on_driver_node(self.num_cpus))
+            self._task = ray.remote(score).options(**options)
         fields = {
             name: []
             for name in (

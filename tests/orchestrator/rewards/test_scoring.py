@@ -94,3 +94,22 @@ def test_a_split_sessions_last_segment_alone_is_scored_and_its_scores_cover_its_
     [own] = [values for name, values in scores.items() if name.startswith("rewards/")]
     assert scores["reward"] == own == [0.0, 1.0, 1.0, 0.0]
     assert scores["reward_errors"] == 0
+
+
+def test_a_reward_task_whose_worker_process_dies_runs_once_more(tmp_path, ray_session):
+    first = tmp_path / "killed-once"
+    reward = tmp_path / "dies.py"
+    reward.write_text(
+        "import os, signal\n"
+        "def dies(prompts, completions, **kw):\n"
+        f"    if not os.path.exists({str(first)!r}):\n"
+        f"        open({str(first)!r}, 'w').close()\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)  # the worker process dies, as under the OOM killer\n"
+        "    return [float(len(c)) for c in completions]\n"
+    )
+    scorer = RewardScorer([f"{reward}:dies"], None, None, None)
+    request, result = _group(0, 0, "Q:", [" a", " bb"])
+    scoring = scorer.begin([request])
+    scoring.add(result)
+    assert scoring.close().scores()["reward"] == [2.0, 3.0]
+    assert first.exists()  # the first attempt ran, and died
