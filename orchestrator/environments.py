@@ -72,8 +72,8 @@ def environment_use(config, tokenizer) -> EnvironmentUse | None:
         environments[name] = environment_class(spec, key)
         cls = user_functions.resolve(spec, key, builtins.ENVIRONMENTS)
         schemas[name] = standalone + [schema(types.MethodType(fn, cls), key) for fn in tool_methods(cls)]
-    _check_reward_functions(config.reward_funcs)
-    if not config.reward_funcs and not any(env.owns_reward for env in environments.values()):
+    _check_reward_functions(list(config.reward_plan.specs))
+    if not config.reward_plan.specs and not any(env.owns_reward for env in environments.values()):
         raise UserError(
             "No reward source provided: set reward_funcs, or give environment_factory an environment whose class "
             "defines a get_reward method (TRL's rule)"

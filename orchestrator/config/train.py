@@ -20,7 +20,8 @@ from orchestrator.contracts.agents import AgentConfig, AgentUse
 from orchestrator.contracts.judges import JudgeSettings
 from orchestrator.contracts.learning import GRPOSettings
 from orchestrator.contracts.paths import PATH, SPEC
-from orchestrator.contracts.reward_models import RewardModelSettings, reward_name
+from orchestrator.contracts.reward_models import RewardModelSettings
+from orchestrator.contracts.reward_plan import RewardPlan
 from orchestrator.contracts.rollout import RolloutConfig
 from orchestrator.contracts.sampling import SamplingConfig
 from orchestrator.contracts.strict import StrictModel
@@ -87,10 +88,40 @@ class PromptSource(StrictModel):
     split: str | None = Field(None, description="As prompts_split, for this source (default: prompts_split).")
     subset: str | None = Field(None, description="As prompts_subset, for this source (default: prompts_subset).")
     column: str | None = Field(None, description="As prompts_column, for this source (default: prompts_column).")
+    reward_funcs: list[str] | None = Field(
+        None,
+        description="This source's own reward functions, as reward_funcs takes them: they alone score its rows. "
+        "Null: the top-level reward_funcs score them.",
+        json_schema_extra=SPEC,
+    )
+    reward_weights: list[float] | None = Field(
+        None,
+        description="One weight per entry of this source's reward_funcs (default: a function's weight elsewhere in "
+        "the config, else 1). A function has one weight in a run.",
+    )
 
     @property
     def label(self) -> str:
         return self.name or re.sub(r"[/:\\]+", "_", self.source).strip("_")
+
+    @model_validator(mode="after")
+    def _weights_match(self) -> PromptSource:
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs or []):
+            raise ValueError(
+                f"reward_weights has {len(self.reward_weights)} entries but this source's reward_funcs has "
+                f"{len(self.reward_funcs or [])}: give one weight per function"
+            )
+        return self
+
+
+def _all_scored_by_their_own(prompts) -> bool:
+    """Whether `prompts` (as written in the config) is a list of sources that each have reward_funcs."""
+    return isinstance(prompts, list) and bool(prompts) and all(_own_rewards(source) for source in prompts)
+
+
+def _own_rewards(source) -> bool:
+    funcs = source.get("reward_funcs") if isinstance(source, dict) else getattr(source, "reward_funcs", None)
+    return funcs is not None
 
 
 def _all_reasoning_gym(prompts) -> bool:
@@ -420,15 +451,17 @@ class TrainConfig(GRPOSettings):
                 f"reward_processing_classes has {len(self.reward_processing_classes)} entries but reward_funcs has "
                 f"{len(self.reward_funcs)}: give one per reward_funcs entry (null where none)"
             )
-        names = [reward_name(spec) for spec in self.reward_funcs]
-        if len(set(names)) < len(names):
-            twice = sorted({name for name in names if names.count(name) > 1})
-            raise ValueError(
-                f"reward_funcs names {twice[0]!r} twice (a reward model is named by the last part of its path or id, "
-                f"as in TRL): each entry's scores are recorded as rewards/<name>, so each needs a name of its own"
-            )
+        _ = self.reward_plan  # a function weighed twice, or two functions of one name, raise here
         if not self.reward_funcs and self.environment_factory is None:
-            raise ValueError("reward_funcs is empty: at least one reward function is needed")
+            unscored = [source.label for source in self.prompt_sources if source.reward_funcs is None]
+            if unscored or not isinstance(self.prompts, list):
+                where = f" (source {unscored[0]!r} has none of its own)" if isinstance(self.prompts, list) else ""
+                raise ValueError(f"reward_funcs is empty: at least one reward function is needed{where}")
+            if self.eval_prompts is not None:
+                raise ValueError(
+                    "reward_funcs is empty, and eval_prompts are scored by the top-level reward_funcs (the sources' "
+                    "own score only their rows): set reward_funcs"
+                )
         if self.eval_temperature == 0 and self.eval_num_generations > 1:  # vLLM refuses n > 1 when greedy
             raise ValueError(
                 f"eval_temperature: 0 is greedy, which gives one completion per prompt; set eval_num_generations: 1 "
@@ -468,6 +501,8 @@ class TrainConfig(GRPOSettings):
             return {**data, "reward_funcs": []}  # the environments' get_reward (TRL: reward_funcs optional then)
         if isinstance(data, dict) and "reward_funcs" not in data and _all_reasoning_gym(data.get("prompts")):
             return {**data, "reward_funcs": ["builtin:reasoning_gym"]}  # the task's own score_answer
+        if isinstance(data, dict) and "reward_funcs" not in data and _all_scored_by_their_own(data.get("prompts")):
+            return {**data, "reward_funcs": []}  # nothing is left for the top-level functions to score
         return data
 
     @model_validator(mode="after")
@@ -482,6 +517,13 @@ class TrainConfig(GRPOSettings):
             if self.prompts_revision is not None:
                 raise ValueError("prompts_revision pins one Hub dataset; with several prompts sources, leave it out")
         return self
+
+    @property
+    def reward_plan(self) -> RewardPlan:
+        """Which reward functions score which rows (contracts/reward_plan.py): the top-level ones, and
+        the sources' own."""
+        sources = [(source.label, source.reward_funcs, source.reward_weights) for source in self.prompt_sources]
+        return RewardPlan.of(self.reward_funcs, self.reward_weights, sources)
 
     @property
     def prompt_sources(self) -> list[PromptSource]:

@@ -90,6 +90,7 @@ def score(
     reward_models: list | None = None,
     judges: dict | None = None,
     sample_errors: list[str | None] | None = None,
+    rows_of: Mapping[str, list[int]] | None = None,
     **kwargs,
 ) -> dict[str, list[float]]:
     """Every reward function on every sample, plus their weighted sum under "reward".
@@ -105,17 +106,14 @@ def score(
     keyword argument when the run has any; `sample_errors`: why each sample failed before it could be
     scored (an agent session that failed, a group that kept killing its engines; None: it did not), a failed
     sample scoring `error_score` whatever the functions gave it, or stopping the run with its error when
-    `error_score` is not set."""
+    `error_score` is not set; `rows_of`: the rows (indices) each function scores, when not all (a
+    prompt source with functions of its own: contracts/reward_plan.py): a function is called on its
+    rows alone, and is NaN on the others."""
     weights = weights or [1.0] * len(specs)
     fns = {spec: resolve(spec, user_files, reward_models) for spec in specs}  # each file's module is loaded once per process
     args = {"prompts": prompts, "completions": completions, "completion_ids": completion_ids, **kwargs}
     shared = {"judges": judges} if judges else {}  # the same for every sample: never cut per sample
-    returned = _call_all(fns, args, shared)
-    scores, errors = {}, 0
-    for spec in specs:
-        values, failed = _values(spec, fns[spec], returned[spec], args, shared, error_score)
-        scores[f"rewards/{reward_name(spec)}"] = values
-        errors += failed
+    scores, errors = _each_function(fns, args, shared, rows_of or {}, error_score)
     total, unscored = _weighted_sum([scores[f"rewards/{reward_name(spec)}"] for spec in specs], weights)
     failed = [index for index, error in enumerate(sample_errors or []) if error is not None]
     if failed:
@@ -140,6 +138,23 @@ def score(
     return scores
 
 
+def _each_function(fns: dict[str, Callable], args: dict, shared: dict, rows_of: Mapping, error_score: float | None):
+    """({"rewards/<name>": values on every row}, samples scored error_score): each function called on
+    its rows (`rows_of[spec]`; all when absent), NaN on the others."""
+    rows = {spec: rows_of.get(spec) for spec in fns}  # None: every row
+    cut = {spec: args if rows[spec] is None else _rows(args, rows[spec]) for spec in fns}
+    returned = _call_all({spec: fn for spec, fn in fns.items() if rows[spec] != []}, cut, shared)
+    scores, errors = {}, 0
+    for spec, fn in fns.items():
+        values, failed = [], 0
+        if rows[spec] != []:
+            values, failed = _values(spec, fn, returned[spec], cut[spec], shared, error_score)
+        count = len(args["prompts"])
+        scores[f"rewards/{reward_name(spec)}"] = values if rows[spec] is None else _spread(values, rows[spec], count)
+        errors += failed
+    return scores, errors
+
+
 def _values(spec: str, fn: Callable, result, args: dict, shared: dict, error_score: float | None) -> tuple[list[float], int]:
     """One function's scores from what it returned on the batch (`result`, or the exception it raised),
     and how many samples scored `error_score` because it failed on them (each then scored alone)."""
@@ -162,13 +177,26 @@ def _values(spec: str, fn: Callable, result, args: dict, shared: dict, error_sco
         return _per_sample(fn, args, shared, count, error_score)
 
 
-def _call_all(fns: dict[str, Callable], args: dict, shared: dict) -> dict[str, object]:
-    """Each function's return value (or the exception it raised) on the whole batch; what async
-    functions return is awaited, all of them together."""
+def _rows(args: dict, rows: list[int]) -> dict:
+    """The per-sample arguments of these rows only."""
+    return {key: [value[i] for i in rows] for key, value in args.items()}
+
+
+def _spread(values: list[float], rows: list[int], count: int) -> list[float]:
+    """A function's values on its rows, placed among `count` rows, NaN (not scored) elsewhere."""
+    spread = [math.nan] * count
+    for row, value in zip(rows, values):
+        spread[row] = value
+    return spread
+
+
+def _call_all(fns: dict[str, Callable], args: dict[str, dict], shared: dict) -> dict[str, object]:
+    """Each function's return value (or the exception it raised) on its rows of the batch (`args[spec]`);
+    what async functions return is awaited, all of them together."""
     returned, pending = {}, {}
     for spec, fn in fns.items():
         try:
-            result = fn(**args, **shared)
+            result = fn(**args[spec], **shared)
         except Exception as error:
             returned[spec] = error
             continue

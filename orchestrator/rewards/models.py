@@ -22,8 +22,19 @@ from orchestrator.placement.labels import REWARD_ROLE, ROLE_LABEL
 
 def models(config) -> dict[str, str | None]:
     """Each reward model's `reward_funcs` entry -> its tokenizer (`reward_processing_classes`; None: its own)."""
+    return {spec: tokenizer for _, spec, tokenizer in _entries(config) if is_model(spec)}
+
+
+def _entries(config) -> list[tuple[str, str, str | None]]:
+    """(config key, spec, tokenizer) of every reward function, the top-level ones and then the sources'
+    own (those take the model's own tokenizer); a spec once, at its first place."""
     tokenizers = config.reward_processing_classes or [None] * len(config.reward_funcs)
-    return {spec: tokenizer for spec, tokenizer in zip(config.reward_funcs, tokenizers) if is_model(spec)}
+    entries = [
+        (f"reward_funcs[{i}]", spec, tokenizer) for i, (spec, tokenizer) in enumerate(zip(config.reward_funcs, tokenizers))
+    ]
+    for i, source in enumerate(config.prompt_sources):
+        entries += [(f"prompts[{i}].reward_funcs[{j}]", spec, None) for j, spec in enumerate(source.reward_funcs or [])]
+    return list({spec: (key, spec, tokenizer) for key, spec, tokenizer in reversed(entries)}.values())[::-1]
 
 
 def check(config, conversational: bool, sample_tokens: int) -> None:
@@ -34,15 +45,13 @@ def check(config, conversational: bool, sample_tokens: int) -> None:
     neither pad nor EOS token, or one without a chat template in a conversational run."""
     from orchestrator.models import loaded_config, loaded_tokenizer
 
-    tokenizers = config.reward_processing_classes or [None] * len(config.reward_funcs)
-    for index, (spec, tokenizer_name) in enumerate(zip(config.reward_funcs, tokenizers)):
+    for key, spec, tokenizer_name in _entries(config):
         if not is_model(spec):
             continue
-        key = f"reward_funcs[{index}]"
         model_config = loaded_config(key, spec, "is neither a reward function ('file.py:name') nor a model")
         _check_classifier(key, spec, model_config)
         _check_context(key, spec, model_config, sample_tokens)
-        tokenizer_key = f"reward_processing_classes[{index}]" if tokenizer_name else key
+        tokenizer_key = key.replace("reward_funcs", "reward_processing_classes") if tokenizer_name else key
         tokenizer = loaded_tokenizer(tokenizer_key, tokenizer_name or spec)
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
             raise UserError(f"{tokenizer_key}: the reward model's tokenizer has neither a pad nor an EOS token to pad with")

@@ -42,6 +42,7 @@ from typing import NamedTuple
 from orchestrator.contracts.environments import EnvironmentUse
 from orchestrator.contracts.errors import RunError, UserError
 from orchestrator.contracts.groups import GroupRequest, GroupResult, Sample
+from orchestrator.contracts.reward_plan import RewardPlan
 
 PROCESS_RETRIES = 1  # reruns of a reward task whose worker process died
 
@@ -62,6 +63,7 @@ RESERVED_REWARD_KWARGS = {
     "sample_errors",
     "environment_reward",
     "environment_class",
+    "rows_of",
 }
 
 
@@ -79,6 +81,8 @@ class RewardScorer:
         reward_models: list | None = None,
         judges: dict | None = None,
         environment: EnvironmentUse | None = None,
+        plan: RewardPlan | None = None,
+        row_sources: Sequence[str] | None = None,
     ):
         """`columns[i]`: prompt i's other dataset columns (reward functions get them as kwargs; a
         dataset's stay in Arrow until a task reads its rows: data/prompt_data.py's ArrowRows);
@@ -90,7 +94,9 @@ class RewardScorer:
         each task reserves (`reward_num_cpus`); `reward_models`: the reward-model workers
         (rewards/models.py), when reward_funcs names models; `judges`: {name: Judge} (orchestrator/judges/),
         each reward function's `judges` argument; `environment`: the run's TRL environments, each class that
-        defines get_reward one more reward named after it, with weight 1 (TRL's)."""
+        defines get_reward one more reward named after it, with weight 1 (TRL's); `plan`: which functions
+        score which sources' rows (contracts/reward_plan.py) and `row_sources[i]`, prompt i's source (None:
+        every function scores every row)."""
         from orchestrator.environments import reward_specs
         from orchestrator.rewards.functions import ship
 
@@ -99,6 +105,7 @@ class RewardScorer:
         self.judges = judges
         owned = reward_specs(environment)
         self.environment = environment
+        self.plan, self.row_sources = plan, row_sources
         self.reward_funcs = [*reward_funcs, *owned]
         if reward_weights is not None:
             reward_weights = [*reward_weights, *[1.0] * len(owned)]
@@ -171,8 +178,20 @@ class RewardScorer:
             user_files=self.files,
             reward_models=self.reward_models,
             judges=self.judges,
+            rows_of=self._rows_of(requests, results),
             **fields,
         )
+
+    def _rows_of(self, requests: list[GroupRequest], results: list[GroupResult]) -> dict[str, list[int]] | None:
+        """Each function's rows in a task, when sources have functions of their own (else None: all)."""
+        if self.plan is None or not self.plan.own:
+            return None
+        sources = [
+            None if self.row_sources is None else self.row_sources[request.prompt_index]
+            for request, result in zip(requests, results)
+            for _ in scored_samples(result.samples)
+        ]
+        return self.plan.rows_of(sources)
 
     def _completion(self, sample):
         """A sample's completion as reward functions get it: an agent's conversation after the prompt

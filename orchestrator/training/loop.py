@@ -68,9 +68,10 @@ class GRPORun:
         self.sampling = config.sampling()
         self.tool_use = config.tool_use()
         self.agent_use = config.agent_use()  # its token: every gateway call of this run carries it
+        plan = config.reward_plan
         self.scorer = RewardScorer(
-            config.reward_funcs,
-            config.reward_weights,
+            list(plan.specs),
+            list(plan.weights),
             config.reward_error_score,
             data.columns,
             config.reward_batch_samples,
@@ -80,6 +81,8 @@ class GRPORun:
             reward_models=reward_models,
             judges=judges,
             environment=data.environment,
+            plan=plan,
+            row_sources=None if data.sources is None else [data.sources.names[i] for i in data.sources.of_rows],
         )
         self._stop = stopping.GracefulStop()  # entered by `run`
         self._learner_restarts = 0

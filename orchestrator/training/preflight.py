@@ -56,7 +56,7 @@ def preflight(config: TrainConfig, tokenizer_from: str | None = None, resumed: R
     model, tokenizer_name = resolve_model(config.model, config.tokenizer)
     config, pins = hub_pins.pin(config, model, resumed.root if resumed else None)
     data, sources = _training_data(config)
-    for spec in config.reward_funcs:  # reads each user file: the copy every process gets (contracts/user_functions.py)
+    for spec in config.reward_plan.specs:  # reads each user file: the copy every process gets (contracts/user_functions.py)
         if not is_model(spec):
             resolve(spec)
     _check_tools(config)

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from orchestrator.contracts.errors import UserError
@@ -98,3 +100,20 @@ def test_an_agents_reward_and_its_failed_sessions():
     assert scores["reward"] == [1.0, -1.0, 0.5] and scores["reward_errors"] == 1
     with pytest.raises(RewardError, match=r"session g0-s1: the agent raised ValueError: no \(set reward_error_score"):
         score(["builtin:agent_reward"], None, sample_errors=errors, **args)
+
+
+def test_a_function_of_some_rows_is_called_on_them_alone_and_is_nan_elsewhere(tmp_path):
+    reward = tmp_path / "rows.py"
+    reward.write_text(
+        "def length(prompts, completions, **kw):\n    return [float(len(c)) for c in completions]\n"
+        "def seen(prompts, completions, group_id, **kw):\n    assert group_id == [1, 1], group_id\n    return [10.0, 20.0]\n"
+    )
+    specs = [f"{reward}:length", f"{reward}:seen"]
+    scores = score(
+        specs, [1.0, 2.0], ["p"] * 3, ["a", "bb", "ccc"], [[1]] * 3, group_id=[0, 1, 1], rows_of={specs[0]: [0], specs[1]: [1, 2]}
+    )
+    assert scores[f"rewards/{specs[0]}"][0] == 1.0 and math.isnan(scores[f"rewards/{specs[0]}"][1])
+    assert math.isnan(scores[f"rewards/{specs[1]}"][0]) and scores[f"rewards/{specs[1]}"][1:] == [10.0, 20.0]
+    assert scores["reward"] == [1.0, 20.0, 40.0]
+    nothing = score(specs, None, ["p"], ["a"], [[1]], group_id=[0], rows_of={specs[0]: [0], specs[1]: []})
+    assert nothing["reward"] == [1.0] and math.isnan(nothing[f"rewards/{specs[1]}"][0])  # a function with no rows is not called

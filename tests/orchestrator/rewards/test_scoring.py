@@ -113,3 +113,24 @@ def test_a_reward_task_whose_worker_process_dies_runs_once_more(tmp_path, ray_se
     scoring.add(result)
     assert scoring.close().scores()["reward"] == [2.0, 3.0]
     assert first.exists()  # the first attempt ran, and died
+
+
+def test_each_source_is_scored_by_its_own_functions_in_the_reward_task(tmp_path, ray_session):
+    from orchestrator.contracts.reward_plan import RewardPlan
+
+    reward = tmp_path / "two.py"
+    reward.write_text(
+        "def length(prompts, completions, **kw):\n    return [float(len(c)) for c in completions]\n"
+        "def exact(prompts, completions, answer, **kw):\n    return [float(c.strip() == a) for c, a in zip(completions, answer)]\n"
+    )
+    length, exact = f"{reward}:length", f"{reward}:exact"
+    plan = RewardPlan.of([length], None, [("math", [exact], None), ("chat", None, None)])
+    columns = [{"answer": "4"}, {"answer": None}]
+    scorer = RewardScorer(list(plan.specs), list(plan.weights), None, columns, plan=plan, row_sources=["math", "chat"])
+    groups = [_group(0, 1, "Hi", [" a", " bb"]), _group(1, 0, "2+2=", [" 4", " 5"])]
+    scoring = scorer.begin([request for request, _ in groups])
+    for _, result in groups:
+        scoring.add(result)
+    scores = scoring.close().scores()
+    assert scores["reward"] == [2.0, 3.0, 1.0, 0.0]  # chat's rows by length, math's by the exact answer
+    assert scores[f"rewards/{exact}"][2:] == [1.0, 0.0] and scores[f"rewards/{length}"][:2] == [2.0, 3.0]
