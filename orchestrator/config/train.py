@@ -94,6 +94,11 @@ class PromptSource(StrictModel):
         "Null: the top-level reward_funcs score them.",
         json_schema_extra=SPEC,
     )
+    environment: str | None = Field(
+        None,
+        description="The environment_factory entry (by name, with {name: class, ...}) every row of this source runs "
+        "in: it sets the rows' 'environment' column. Null: the rows' own 'environment' column says.",
+    )
     reward_weights: list[float] | None = Field(
         None,
         description="One weight per entry of this source's reward_funcs (default: a function's weight elsewhere in "
@@ -556,6 +561,13 @@ class TrainConfig(GRPOSettings):
             raise ValueError("agent with environment_factory: an agent runs its own tools and state; keep one of them")
         if isinstance(self.environment_factory, dict) and not self.environment_factory:
             raise ValueError("environment_factory is an empty mapping: name at least one environment class")
+        for index, source in enumerate(self.prompt_sources):
+            named = self.environment_factory if isinstance(self.environment_factory, dict) else {}
+            if source.environment is not None and source.environment not in named:
+                raise ValueError(
+                    f"prompts[{index}].environment: {source.environment!r} is not an entry of environment_factory "
+                    f"(a source names one of {{name: class, ...}}; expected one of: {list(named)})"
+                )
         return self
 
     @model_validator(mode="after")

@@ -37,6 +37,19 @@ class JoinedRows(Sequence):
         return {key: row.get(key) for key in self.keys}
 
 
+class WithColumn(Sequence):
+    """Rows with one more column, of one value in every row (it replaces a column of that name)."""
+
+    def __init__(self, rows: Sequence[dict], key: str, value):
+        self.rows, self.key, self.value = rows, key, value
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict:
+        return {**self.rows[index], self.key: self.value}
+
+
 def join(parts: list[PromptData]) -> tuple[PromptData, list[list[int]]]:
     """One prompt list of `parts` (one per source, in order), and each source's row indices in it."""
     prompts = [prompt for part in parts for prompt in part.prompts]

@@ -15,7 +15,7 @@ from orchestrator.contracts.errors import UserError
 from orchestrator.data import reasoning_gym
 from orchestrator.data.prompt_data import PromptData, select
 from orchestrator.data.prompts import read_prompt_data
-from orchestrator.data.sources import Sources, join
+from orchestrator.data.sources import Sources, WithColumn, join
 from orchestrator.hub_pins import Pin
 from orchestrator.rollout.samples import Ragged
 from orchestrator.training.evaluation import EvalSet
@@ -216,12 +216,16 @@ def _training_data(config: TrainConfig) -> tuple[PromptData, Sources | None]:
 
 
 def _source(config: TrainConfig, source: PromptSource, key: str) -> PromptData:
-    """The rows of one training source, as its settings (or the prompts_* keys) say. A reasoning_gym
-    source is generated with its own seed (or the run's)."""
+    """The rows of one training source, as its settings (or the prompts_* keys) say, each in the source's
+    environment if it names one. A reasoning_gym source is generated with its own seed (or the run's)."""
     if reasoning_gym.is_source(source.source):
-        return reasoning_gym.read(source.source, config.reasoning_gym, key, _gym_seed(config))
-    split, subset = source.split or config.prompts_split, source.subset or config.prompts_subset
-    return _read(source.source, key, split, subset, source.column or config.prompts_column, config.prompts_revision)
+        data = reasoning_gym.read(source.source, config.reasoning_gym, key, _gym_seed(config))
+    else:
+        split, subset = source.split or config.prompts_split, source.subset or config.prompts_subset
+        data = _read(source.source, key, split, subset, source.column or config.prompts_column, config.prompts_revision)
+    if source.environment is None:
+        return data
+    return PromptData(data.prompts, WithColumn(data.columns, "environment", source.environment))
 
 
 def _eval_data(config: TrainConfig) -> PromptData:

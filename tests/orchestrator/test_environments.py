@@ -92,6 +92,20 @@ def test_prompts_render_their_own_environments_tools_after_checks(files):
     assert use.chat_template is None  # Qwen2.5's template is prefix-preserving (TRL keeps it)
 
 
+def test_a_source_names_the_environment_its_rows_run_in(files, tmp_path):
+    game, _, text = files
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text(json.dumps({"prompt": [{"role": "user", "content": "Play."}], "environment": "other"}) + "\n")
+    sources = [{"source": str(chat), "environment": "game"}, {"source": str(chat), "name": "rest"}]
+    factory = {"game": f"{game}:Game", "other": f"{game}:NoReward"}
+    fields = config(chat, environment_factory=factory).model_dump(exclude_unset=True)
+    checked = preflight(TrainConfig.model_validate({**fields, "prompts": sources}))
+    assert checked.data.environment_names == ["game", "other"]  # the source's setting wins over the row's column
+    assert '"name": "move"' in checked.data.prompts[0] and '"name": "move"' not in checked.data.prompts[1]
+    with pytest.raises(ValidationError, match=r"prompts\[0\].environment: 'gme' is not an entry of environment_factory"):
+        TrainConfig(prompts=[{"source": str(chat), "environment": "gme"}], environment_factory=factory)
+
+
 @pytest.mark.parametrize(
     ("keys", "message"),
     [
