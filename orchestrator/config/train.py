@@ -94,6 +94,12 @@ class PromptSource(StrictModel):
         "Null: the top-level reward_funcs score them.",
         json_schema_extra=SPEC,
     )
+    max_completion_length: int | None = Field(
+        None,
+        ge=1,
+        description="This source's completion budget in tokens, at most the top-level max_completion_length (the "
+        "learner's). Null: the top-level one.",
+    )
     environment: str | None = Field(
         None,
         description="The environment_factory entry (by name, with {name: class, ...}) every row of this source runs "
@@ -562,6 +568,12 @@ class TrainConfig(GRPOSettings):
         if isinstance(self.environment_factory, dict) and not self.environment_factory:
             raise ValueError("environment_factory is an empty mapping: name at least one environment class")
         for index, source in enumerate(self.prompt_sources):
+            if (source.max_completion_length or 0) > self.max_completion_length:
+                raise ValueError(
+                    f"prompts[{index}].max_completion_length ({source.max_completion_length}) is more than "
+                    f"max_completion_length ({self.max_completion_length}), the learner's budget for every sample: "
+                    "lower the source's or raise the top-level one"
+                )
             named = self.environment_factory if isinstance(self.environment_factory, dict) else {}
             if source.environment is not None and source.environment not in named:
                 raise ValueError(

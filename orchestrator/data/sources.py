@@ -65,6 +65,7 @@ class Sources:
     names: list[str]
     ratios: list[float]
     rows: list[list[int]]  # each source's indices in the joined prompt list
+    max_tokens: list[int | None] | None = None  # each source's completion budget (None: the run's)
 
     @functools.cached_property
     def of_rows(self) -> np.ndarray:
@@ -83,4 +84,8 @@ class Sources:
             raise UserError(
                 f"prompts: source {emptied[0]!r} has no prompt within max_prompt_length (drop_long_prompts dropped them all)"
             )
-        return Sources(self.names, self.ratios, rows)
+        return Sources(self.names, self.ratios, rows, self.max_tokens)
+
+    def budget(self, prompt_index: int) -> int | None:
+        """The completion budget of a prompt's source, if it has its own."""
+        return None if self.max_tokens is None else self.max_tokens[self.of_rows[prompt_index]]

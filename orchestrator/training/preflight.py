@@ -212,7 +212,9 @@ def _training_data(config: TrainConfig) -> tuple[PromptData, Sources | None]:
     if isinstance(config.prompts, str):
         return _source(config, config.prompt_sources[0], "prompts"), None
     data, rows = join([_source(config, source, f"prompts[{i}].source") for i, source in enumerate(config.prompts)])
-    return data, Sources([source.label for source in config.prompts], [source.ratio for source in config.prompts], rows)
+    budgets = [source.max_completion_length for source in config.prompts]
+    names, ratios = [source.label for source in config.prompts], [source.ratio for source in config.prompts]
+    return data, Sources(names, ratios, rows, budgets if any(budgets) else None)
 
 
 def _source(config: TrainConfig, source: PromptSource, key: str) -> PromptData:

@@ -64,7 +64,7 @@ def build_requests(
     """One request per item, with the ids of its prompt in `data` (one int32 array for the whole list: a
     driver holds every prompt's ids for the whole run), and its environment when the run has them."""
     rows = agent is not None or data.environment is not None
-    return make_groups(
+    requests = make_groups(
         [item.prompt for item in items],
         [data.prompt_ids[item.prompt_index].tolist() for item in items],
         num_generations,
@@ -77,3 +77,15 @@ def build_requests(
         environment=data.environment,
         environment_names=None if data.environment is None else [data.environment_names[item.prompt_index] for item in items],
     )
+    return requests if data.sources is None or data.sources.max_tokens is None else _budgeted(requests, data.sources)
+
+
+def _budgeted(requests: list[GroupRequest], sources: Sources) -> list[GroupRequest]:
+    """Each request with its source's completion budget, where the source has its own."""
+    sampling = {}  # one SamplingConfig per budget
+    for index, request in enumerate(requests):
+        budget = sources.budget(request.prompt_index)
+        if budget is not None:
+            budgeted = sampling.setdefault(budget, request.sampling.model_copy(update={"max_tokens": int(budget)}))
+            requests[index] = dataclasses.replace(request, sampling=budgeted)
+    return requests

@@ -57,3 +57,21 @@ def test_joined_sources_keep_their_rows_and_every_row_has_every_column():
     assert sources.of_rows.tolist() == [0, 1, 1] and sources.kept([0, 2]).rows == [[0], [1]]
     with pytest.raises(UserError, match="prompts: source 'a' has no prompt within max_prompt_length"):
         sources.kept([1, 2])
+
+
+def test_a_source_with_a_budget_of_its_own_sends_its_groups_with_it(tmp_path):
+    import numpy as np
+
+    from orchestrator.config.train import TrainConfig
+    from orchestrator.contracts.sampling import SamplingConfig
+    from orchestrator.data.stream import StreamItem
+    from orchestrator.rollout.samples import Ragged
+    from orchestrator.training.requests import PromptSet, build_requests
+
+    sources = Sources(["short", "long"], [1.0, 1.0], [[0], [1]], [4, None])
+    data = PromptSet(["x", "y"], Ragged.of([[1], [2]], np.int32), sources=sources)
+    items = [StreamItem(0, 1, "y"), StreamItem(1, 0, "x"), StreamItem(2, 0, "x")]
+    requests = build_requests(items, data, 2, SamplingConfig(max_tokens=32))
+    assert [request.sampling.max_tokens for request in requests] == [32, 4, 4]
+    with pytest.raises(ValueError, match=r"prompts\[0\].max_completion_length \(64\) is more than max_completion_length \(32\)"):
+        TrainConfig(prompts=[{"source": "builtin:search", "max_completion_length": 64}], max_completion_length=32)

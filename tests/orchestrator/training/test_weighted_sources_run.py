@@ -62,3 +62,22 @@ def test_two_sources_are_drawn_at_their_ratio_and_a_resume_continues_the_same_dr
     assert _drawn(tmp_path / "resumed") == _drawn(tmp_path / "whole")
     resumed = [json.loads(line)["reward_mean"] for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
     assert resumed == [line["reward_mean"] for line in lines]
+
+
+def test_in_async_mode_a_source_of_longer_completions_keeps_its_share_of_what_is_trained(tmp_path):
+    (tmp_path / "mix.yaml").write_text(
+        "prompts:\n  - {source: builtin:search, ratio: 0.75, name: short, max_completion_length: 2}\n"
+        "  - {source: builtin:search, ratio: 0.25, name: long}\n"
+        "reward_funcs: [builtin:search_call]\nmax_completion_length: 24\ntemperature: 1.5\nmax_staleness: 2\n"
+        "rollout: {engines: 1}\n"
+    )
+    _train(tmp_path, tmp_path / "async", f"max_steps={STEPS}")
+    lines = [json.loads(line) for line in (tmp_path / "async" / "metrics.jsonl").read_text().splitlines()]
+    shares = [line["sources/long/ratio_samples"] for line in lines]
+    tokens = [line["sources/long/ratio_tokens"] for line in lines]
+    longer = [(t / 0.25) / ((1 - t) / 0.75) for t in tokens]  # a long sample's length over a short one's, per step
+    print(
+        f"\nlong's share of the trained samples per step: {shares}\nits samples' length over short's: {min(longer):.2f}x or more"
+    )
+    assert all(abs(share - 0.25) <= 0.05 for share in shares) and min(longer) >= 2.5
+    assert max(line["staleness/max"] for line in lines) >= 1  # batches were generated ahead
