@@ -30,10 +30,15 @@ CORPUS_MIX = (("ideal", 0.35), ("wrong_topic", 0.25), ("ignores_result", 0.20), 
 class LookupEnvironment:
     """A code table the model can search, and a box for its answer."""
 
-    def reset(self, topic: str, **columns) -> None:
-        self.topic = topic
+    draws = random.Random(0)  # the topics drawn without a dataset, in the order the process resets
+
+    def reset(self, topic: str | None = None, **columns) -> str | None:
+        """A row's topic; or, without a dataset (`prompts: builtin:reset`), a topic drawn here and its question,
+        which becomes the prompt (TRL's reset rule)."""
+        self.topic = topic if topic is not None else self.draws.choice(TOPICS)
         self.searched: list[str] = []
         self.answered: str | None = None
+        return None if topic is not None else self.draws.choice(QUESTIONS).format(topic=self.topic)
 
     def lookup(self, topic: str) -> str:
         """Look up the code of a topic.

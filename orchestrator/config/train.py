@@ -183,10 +183,11 @@ class TrainConfig(GRPOSettings):
         description="Training prompts: a .jsonl or .parquet file; a Hugging Face dataset, by its Hub name (e.g. "
         "trl-lib/DeepMath-103K) or as a local folder that datasets.load_dataset reads (data files such as "
         "data/train-*.parquet) or that save_to_disk wrote; or 'builtin:search', 'builtin:lookup', 'builtin:arithmetic'; or 'reasoning_gym:TASK', a task of "
-        "reasoning-gym (settings: reasoning_gym). "
+        "reasoning-gym (settings: reasoning_gym); or 'builtin:reset', TRL's training without a dataset (the default "
+        "with environment_factory): one empty user message, to which each environment's reset appends the prompt. "
         "A local file or folder of that name wins over a Hub name. The prompt column (prompts_column) holds strings or "
         "{role, content} message lists; every other column reaches reward functions as a keyword argument. Or a list "
-        "of sources, [{source, ratio, name, split, subset, column}], drawn by ratio (weighted sources).",
+        "of sources, [{source, ratio, name, ...}], drawn by ratio (weighted sources).",
         json_schema_extra=PATH,
     )
     prompts_split: str = Field(
@@ -508,6 +509,8 @@ class TrainConfig(GRPOSettings):
     def _agent_reward_by_default(cls, data):
         if isinstance(data, dict) and data.get("agent") and "reward_funcs" not in data:
             return {**data, "reward_funcs": ["builtin:agent_reward"]}
+        if isinstance(data, dict) and data.get("environment_factory") and "prompts" not in data:
+            data = {**data, "prompts": "builtin:reset"}  # TRL's: no dataset, the environment's reset writes each prompt
         if isinstance(data, dict) and data.get("environment_factory") and "reward_funcs" not in data:
             return {**data, "reward_funcs": []}  # the environments' get_reward (TRL: reward_funcs optional then)
         if isinstance(data, dict) and "reward_funcs" not in data and _all_reasoning_gym(data.get("prompts")):

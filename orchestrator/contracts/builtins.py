@@ -34,6 +34,7 @@ PROMPTS = {  # prompts, eval_prompts: functions returning records ({"prompt": ..
     "arithmetic": "orchestrator.builtin.arithmetic_task:records",
     "arithmetic_eval": "orchestrator.builtin.arithmetic_task:eval_records",
     "lookup_environment": "orchestrator.builtin.lookup_environment:records",
+    "reset": "orchestrator.builtin.reset_prompts:records",
 }
 
 MODELS = ("search", "lookup", "chat", "tool-chat", "reasoning-chat")  # model: tiny models built locally (orchestrator/models.py)

@@ -147,3 +147,18 @@ def test_the_config_keys(files, tmp_path):
     file.write_text("tools: [game.py:reward]\nenvironment_factory: {a: game.py:Game}\nreward_funcs: [game.py:reward]\n")
     loaded = load_config(TrainConfig, file, [])
     assert loaded.tools == [f"{game}:reward"] and loaded.environment_factory == {"a": f"{game}:Game"}
+
+
+def test_without_prompts_the_environments_reset_writes_each_prompt_as_in_trl(files):
+    from orchestrator.builtin.lookup_environment import CODES, LookupEnvironment
+
+    game, _, _ = files
+    assert TrainConfig(environment_factory=f"{game}:Game").prompts == "builtin:reset"  # TRL's train_dataset=None
+    checked = preflight(TrainConfig(model="builtin:tool-chat", environment_factory="builtin:lookup", max_completion_length=64))
+    assert checked.data.conversations == [[{"role": "user", "content": ""}]]  # TRL's placeholder, reset appends to it
+    environment = LookupEnvironment()
+    question = environment.reset(prompt=[{"role": "user", "content": ""}])
+    assert environment.topic in CODES and environment.topic in question  # no topic column: reset drew one and asks it
+    assert environment.reset(topic="apple") is None and environment.topic == "apple"  # a dataset's row: as before
+    with pytest.raises(UserError, match=r"environment_factory names several environments .* needs an 'environment' column"):
+        preflight(config("builtin:reset", environment_factory={"a": f"{game}:Game", "b": f"{game}:Game"}))

@@ -70,6 +70,28 @@ TOOLS = textwrap.dedent(
         return [float(sum(1 for message in c if message["role"] == "tool")) for c in completions]
     '''
 )
+DRAWN = textwrap.dedent(
+    '''
+    class Drawn:
+        targets = iter(())  # what each reset draws, in order: set by the test
+
+        def reset(self, **kwargs) -> str:
+            self.target = next(type(self).targets)
+            return f"Reach {self.target}."
+
+        def multiply(self, a: int, b: int) -> int:
+            """Multiply two integers.
+
+            Args:
+                a: The first integer.
+                b: The second integer.
+            """
+            return a * b
+
+        def get_reward(self) -> float:
+            return self.target / 100
+    '''
+)
 ROWS = [
     {"prompt": [{"role": "user", "content": "Compute."}], "target": 12},
     {"prompt": [{"role": "user", "content": "Compute."}], "target": 7},
@@ -100,8 +122,9 @@ def tokenizer(model_dir):
     return AutoTokenizer.from_pretrained(model_dir)
 
 
-def _trl(model_dir, tokenizer, tmp_path, **kwargs):
-    """TRL's trainer with generation scripted; (its step's outputs, its logs, the prompt ids of each first turn)."""
+def _trl(model_dir, tokenizer, tmp_path, rows=ROWS, **kwargs):
+    """TRL's trainer with generation scripted; (its step's outputs, its logs, the prompt ids of each first turn).
+    `rows` None: no dataset (TRL's placeholder rows, the environment's reset writing the prompts)."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -110,13 +133,14 @@ def _trl(model_dir, tokenizer, tmp_path, **kwargs):
         per_device_train_batch_size=4,
         num_generations=2,
         max_completion_length=200,
+        max_steps=1,
         report_to=[],
         use_cpu=True,
         log_completions=False,
     )
-    trainer = GRPOTrainer(
-        model=str(model_dir), args=args, train_dataset=Dataset.from_list(ROWS), processing_class=tokenizer, **kwargs
-    )
+    dataset = None if rows is None else Dataset.from_list(rows)
+    trainer = GRPOTrainer(model=str(model_dir), args=args, train_dataset=dataset, processing_class=tokenizer, **kwargs)
+    rows = rows or list(trainer.train_dataset)
     first_prompts = []
 
     def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
@@ -127,12 +151,12 @@ def _trl(model_dir, tokenizer, tmp_path, **kwargs):
         return ids, [[0.0] * len(i) for i in ids]
 
     trainer._generate_single_turn = generate
-    inputs = [row for row in ROWS for _ in range(2)]
+    inputs = [row for row in rows for _ in range(2)]
     outputs = trainer._generate_and_score_completions(inputs)
     return trainer, outputs, first_prompts
 
 
-def _ours(config: TrainConfig, tokenizer, specs: list[str]):
+def _ours(config: TrainConfig, tokenizer, specs: list[str], rows=ROWS):
     """Our side, without Ray: the driver's checks, the tool host's leases, the engine's chat loop, scoring."""
     use = environment_use(config, tokenizer)
     chat = Chat(tokenizer, use.chat_template)
@@ -156,13 +180,14 @@ def _ours(config: TrainConfig, tokenizer, specs: list[str]):
         leases.close(lease)
         return sample, reward
 
-    rows = [row for row in ROWS for _ in range(2)]
+    rows = [row for row in rows for _ in range(2)]
     results = [asyncio.run(one(row)) for row in rows]
     samples = [sample for sample, _ in results]
+    environment = use.environments.get(SINGLE)
     columns = {
         "environment_reward": [reward for _, reward in results],
-        "environment_class": ["Calculator" if use.environments else None] * len(rows),
-        "target": [row["target"] for row in rows],
+        "environment_class": [environment and environment.class_name] * len(rows),
+        "target": [row.get("target") for row in rows],
     }
     files = use.files
     scores = score(
@@ -227,3 +252,26 @@ def test_plain_tool_functions_run_as_in_trl(model_dir, tokenizer, tmp_path, monk
     assert [sample.completion_ids for sample in samples] == _unpadded(outputs, "completion_ids")
     assert [sample.tool_mask for sample in samples] == _unpadded(outputs, "tool_mask")
     assert scores[f"rewards/{file}:calls"] == pytest.approx(list(trainer._logs["rewards"]["calls"]))
+
+
+def test_without_a_dataset_the_environment_writes_the_prompts_as_in_trl(model_dir, tokenizer, tmp_path, monkeypatch):
+    from orchestrator.builtin.reset_prompts import records
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    file = tmp_path / "drawn.py"
+    file.write_text(DRAWN)
+    module = types.ModuleType("drawn")
+    exec(compile(DRAWN, str(file), "exec"), module.__dict__)
+    module.Drawn.targets = iter([12, 7, 7, 12])
+    trainer, _, trl_prompts = _trl(model_dir, tokenizer, tmp_path, rows=None, environment_factory=module.Drawn)
+
+    config = TrainConfig(model=str(model_dir), environment_factory=f"{file}:Drawn", max_completion_length=200)
+    assert config.prompts == "builtin:reset" and list(trainer.train_dataset)[:1] == records()  # TRL's placeholder row
+    from orchestrator.contracts import user_functions
+
+    drawn = user_functions.resolve(f"{file}:Drawn", "environment_factory", {})
+    drawn.targets = iter([12, 7, 7, 12])  # the copy our leases load, drawing the same targets
+    _, samples, scores = _ours(config, tokenizer, [], rows=records() * 2)  # TRL: one round of placeholder rows
+    assert [sample.prompt_ids for sample in samples] == trl_prompts  # reset's text is the whole user message
+    assert [sample.prompt_messages for sample in samples] == list(trainer._logs["prompt"])
+    assert scores["rewards/Drawn"] == pytest.approx(list(trainer._logs["rewards"]["Drawn"]))
