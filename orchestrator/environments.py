@@ -72,6 +72,7 @@ def environment_use(config, tokenizer) -> EnvironmentUse | None:
         environments[name] = environment_class(spec, key)
         cls = user_functions.resolve(spec, key, builtins.ENVIRONMENTS)
         schemas[name] = standalone + [schema(types.MethodType(fn, cls), key) for fn in tool_methods(cls)]
+    _check_class_names(environments)
     _check_reward_functions(list(config.reward_plan.specs))
     if not config.reward_plan.specs and not any(env.owns_reward for env in environments.values()):
         raise UserError(
@@ -87,6 +88,19 @@ def environment_use(config, tokenizer) -> EnvironmentUse | None:
         chat_template=training_template(tokenizer),
         files=user_functions.ship({**dict.fromkeys(tools, "tools"), **{spec: "environment_factory" for spec in specs.values()}}),
     )
+
+
+def _check_class_names(environments: dict[str, Environment]) -> None:
+    """Refuse two different classes of one name: each class's get_reward is the reward column named after it."""
+    specs = {}
+    for name, environment in environments.items():
+        other = specs.setdefault(environment.class_name, (name, environment.spec))
+        if other[1] != environment.spec:
+            raise UserError(
+                f"environment_factory.{name}: {environment.spec!r} and environment_factory.{other[0]} ({other[1]!r}) are "
+                f"two classes named {environment.class_name}, and each class's get_reward is recorded as "
+                f"rewards/{environment.class_name}: rename one"
+            )
 
 
 def _check_reward_functions(specs: list[str]) -> None:

@@ -102,6 +102,14 @@ def test_a_source_names_the_environment_its_rows_run_in(files, tmp_path):
     checked = preflight(TrainConfig.model_validate({**fields, "prompts": sources}))
     assert checked.data.environment_names == ["game", "other"]  # the source's setting wins over the row's column
     assert '"name": "move"' in checked.data.prompts[0] and '"name": "move"' not in checked.data.prompts[1]
+    twin = tmp_path / "twin.py"
+    twin.write_text(GAME)
+    with pytest.raises(UserError, match=r"environment_factory.other: .* are two classes named Game, .* rename one"):
+        preflight(
+            TrainConfig.model_validate(
+                {**fields, "prompts": sources, "environment_factory": {"game": f"{game}:Game", "other": f"{twin}:Game"}}
+            )
+        )
     with pytest.raises(ValidationError, match=r"prompts\[0\].environment: 'gme' is not an entry of environment_factory"):
         TrainConfig(prompts=[{"source": str(chat), "environment": "gme"}], environment_factory=factory)
 
