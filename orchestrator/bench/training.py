@@ -92,6 +92,7 @@ def _figures(metrics: list[dict]) -> dict:
         "busy/engines": sum(m["time/pool_busy"] for m in steady) / wall,
         "busy/learner": sum(m["time/learner_step"] for m in steady) / wall,
         "sync_bytes": int(steady[-1]["weight_sync/bytes"]),
+        "sync_bytes_mean": float(np.mean([m["weight_sync/bytes"] for m in steady])),  # patches vary by step
         "sync_model_bytes": int(steady[-1].get("weight_sync/model_bytes", steady[-1]["weight_sync/bytes"])),
         "sync_s": phases["time/sync"],
         "reward_last": float(metrics[-1]["reward_mean"]),

@@ -8,7 +8,9 @@ pool (same engine count) vs HF generate. Training: our loop vs TRL's GRPOTrainer
 sync vs a plain memory copy of the same bytes. Orchestration overhead:
 the share of step time outside generate, reward, train and sync. `--only sync` measures weight
 sync alone, of the whole model and of a LoRA run's adapter (r=16 on every linear layer) on the
-same model (a few minutes), and replaces only the sync figures of an existing `--out` file.
+same model, then a step's whole-model sync beside its patch (`weight_sync.delta`, in two short `train`
+runs of bfloat16 engines; about 12 minutes in all), and replaces only the sync figures of an existing
+`--out` file.
 `--only learner-memory` measures the learner's peak memory as the step grows at a fixed
 `learner.max_tokens_per_micro_batch`, with a small and a 152k-token vocabulary
 (orchestrator/bench/learner_memory.py). `--only correction` times the learner's step without and
@@ -75,6 +77,8 @@ def run_bench(args: argparse.Namespace) -> int:
         work = (model, args.engines, args.syncs, args.prompts, args.num_generations, args.max_tokens)
         result["sync"] = weight_sync.measure(*work, seed=0)
         result["sync_lora"] = weight_sync.measure(*work, seed=0, lora={"r": 16})  # a LoRA run's step: the adapter
+        with tempfile.TemporaryDirectory() as runs:  # a step's change in each sync: dense against delta
+            result["sync_delta"] = weight_sync.dense_and_delta(*work[:2], args.syncs + 1, *work[3:], Path(runs))
         print(_table(result))
         _save(args.out, result)
         return 0
@@ -324,6 +328,7 @@ def _table(r: dict) -> str:
                 f"{sync['bytes'] / lora['bytes']:.0f}x fewer bytes",
             )
         )
+    rows += _delta_rows(r["sync_delta"]) if "sync_delta" in r else []
     width = max(len(a) for a, _, _ in rows)
     lines = [f"| {'what':<{width}} | figure | ratio |", f"|{'-' * (width + 2)}|---|---|"]
     lines += [f"| {a:<{width}} | {b} | {c} |" for a, b, c in rows]
@@ -349,6 +354,23 @@ def _learner_rows(name: str, case: dict) -> list[tuple[str, str, str]]:
 
 def _busy(run: dict) -> str:
     return f"busy: engines {100 * run['busy/engines']:.0f}%, learner {100 * run['busy/learner']:.0f}%"
+
+
+def _delta_rows(runs: dict) -> list[tuple[str, str, str]]:
+    """A step's whole-model sync beside its patch, bfloat16 engines."""
+    dense, delta = runs["dense"], runs["delta"]
+    return [
+        (
+            "weight sync after a step, whole model",
+            f"{dense['bytes'] / 1e6:.1f} MB in {dense['seconds']:.3f}s",
+            "bfloat16 engines",
+        ),
+        (
+            "weight sync after a step, delta",
+            f"{delta['bytes'] / 1e6:.2f} MB in {delta['seconds']:.3f}s, {delta['density']:.2%} of the elements",
+            f"{dense['bytes'] / max(1, delta['bytes']):.0f}x fewer bytes, {dense['seconds'] / delta['seconds']:.2f}x the speed",
+        ),
+    ]
 
 
 def _async_rows(name: str, case: dict) -> list[tuple[str, str, str]]:

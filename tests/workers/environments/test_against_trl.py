@@ -202,6 +202,15 @@ def _ours(config: TrainConfig, tokenizer, specs: list[str], rows=ROWS):
     return use, samples, scores
 
 
+def _module(tmp_path, name: str, source: str):
+    """`source` written to tmp_path/name.py (our side loads the file) and run as a module (TRL's side)."""
+    file = tmp_path / f"{name}.py"
+    file.write_text(source)
+    module = types.ModuleType(name)
+    exec(compile(source, str(file), "exec"), module.__dict__)
+    return file, module
+
+
 def _unpadded(outputs, key: str) -> list[list[int]]:
     mask = outputs["completion_mask"]
     return [row[m.bool()].tolist() for row, m in zip(outputs[key], mask)]
@@ -209,10 +218,7 @@ def _unpadded(outputs, key: str) -> list[list[int]]:
 
 def test_an_environment_runs_as_in_trl(model_dir, tokenizer, tmp_path, monkeypatch):
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
-    file = tmp_path / "calculator.py"
-    file.write_text(ENVIRONMENT)
-    module = types.ModuleType("calculator")
-    exec(compile(ENVIRONMENT, str(file), "exec"), module.__dict__)
+    file, module = _module(tmp_path, "calculator", ENVIRONMENT)
     trainer, outputs, trl_prompts = _trl(model_dir, tokenizer, tmp_path, environment_factory=module.Calculator)
 
     config = TrainConfig(model=str(model_dir), environment_factory=f"{file}:Calculator", max_completion_length=200)
@@ -236,10 +242,7 @@ def test_an_environment_runs_as_in_trl(model_dir, tokenizer, tmp_path, monkeypat
 
 
 def test_plain_tool_functions_run_as_in_trl(model_dir, tokenizer, tmp_path, monkeypatch):
-    file = tmp_path / "tools.py"
-    file.write_text(TOOLS)
-    module = types.ModuleType("tools")
-    exec(compile(TOOLS, str(file), "exec"), module.__dict__)
+    file, module = _module(tmp_path, "tools", TOOLS)
     trainer, outputs, trl_prompts = _trl(model_dir, tokenizer, tmp_path, tools=[module.multiply], reward_funcs=[module.calls])
 
     config = TrainConfig(
@@ -258,10 +261,7 @@ def test_without_a_dataset_the_environment_writes_the_prompts_as_in_trl(model_di
     from orchestrator.builtin.reset_prompts import records
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
-    file = tmp_path / "drawn.py"
-    file.write_text(DRAWN)
-    module = types.ModuleType("drawn")
-    exec(compile(DRAWN, str(file), "exec"), module.__dict__)
+    file, module = _module(tmp_path, "drawn", DRAWN)
     module.Drawn.targets = iter([12, 7, 7, 12])
     trainer, _, trl_prompts = _trl(model_dir, tokenizer, tmp_path, rows=None, environment_factory=module.Drawn)
 
