@@ -10,11 +10,11 @@ the built-in tiny model on the built-in search-call task. Field defaults follow 
 
 from __future__ import annotations
 
-import re
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from orchestrator.config.sources import PromptSource, ReasoningGymConfig, all_reasoning_gym, all_scored_by_their_own
 from orchestrator.contracts import user_functions
 from orchestrator.contracts.agents import AgentConfig, AgentUse
 from orchestrator.contracts.judges import JudgeSettings
@@ -74,89 +74,6 @@ class WeightSyncConfig(StrictModel):
             return self.delta == "on"
         narrow = engine_dtype in ("bfloat16", "float16") and not learner_bf16
         return narrow and not lora and not one_node and backend in ("object_store", "gloo")
-
-
-class PromptSource(StrictModel):
-    source: str = Field(
-        description="What to read, as `prompts` takes it: a file, a dataset, builtin:NAME or reasoning_gym:TASK.",
-        json_schema_extra=PATH,
-    )
-    ratio: float = Field(1.0, gt=0.0, description="This source's share of the prompts drawn (the ratios are normalised).")
-    name: str | None = Field(
-        None, description="The source's name in the metrics (sources/NAME/...); default: the source with / and : as _."
-    )
-    split: str | None = Field(None, description="As prompts_split, for this source (default: prompts_split).")
-    subset: str | None = Field(None, description="As prompts_subset, for this source (default: prompts_subset).")
-    column: str | None = Field(None, description="As prompts_column, for this source (default: prompts_column).")
-    reward_funcs: list[str] | None = Field(
-        None,
-        description="This source's own reward functions, as reward_funcs takes them: they alone score its rows. "
-        "Null: the top-level reward_funcs score them.",
-        json_schema_extra=SPEC,
-    )
-    max_completion_length: int | None = Field(
-        None,
-        ge=1,
-        description="This source's completion budget in tokens, at most the top-level max_completion_length (the "
-        "learner's). Null: the top-level one.",
-    )
-    environment: str | None = Field(
-        None,
-        description="The environment_factory entry (by name, with {name: class, ...}) every row of this source runs "
-        "in: it sets the rows' 'environment' column. Null: the rows' own 'environment' column says.",
-    )
-    reward_weights: list[float] | None = Field(
-        None,
-        description="One weight per entry of this source's reward_funcs (default: a function's weight elsewhere in "
-        "the config, else 1). A function has one weight in a run.",
-    )
-
-    @property
-    def label(self) -> str:
-        return self.name or re.sub(r"[/:\\]+", "_", self.source).strip("_")
-
-    @model_validator(mode="after")
-    def _weights_match(self) -> PromptSource:
-        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs or []):
-            raise ValueError(
-                f"reward_weights has {len(self.reward_weights)} entries but this source's reward_funcs has "
-                f"{len(self.reward_funcs or [])}: give one weight per function"
-            )
-        return self
-
-
-def _all_scored_by_their_own(prompts) -> bool:
-    """Whether `prompts` (as written in the config) is a list of sources that each have reward_funcs."""
-    return isinstance(prompts, list) and bool(prompts) and all(_own_rewards(source) for source in prompts)
-
-
-def _own_rewards(source) -> bool:
-    funcs = source.get("reward_funcs") if isinstance(source, dict) else getattr(source, "reward_funcs", None)
-    return funcs is not None
-
-
-def _all_reasoning_gym(prompts) -> bool:
-    """Whether `prompts` (as written in the config) names reasoning-gym tasks only."""
-    sources = prompts if isinstance(prompts, list) else [prompts]
-    names = [source.get("source") if isinstance(source, dict) else getattr(source, "source", source) for source in sources]
-    return bool(names) and all(isinstance(name, str) and name.startswith("reasoning_gym:") for name in names)
-
-
-class ReasoningGymConfig(StrictModel):
-    size: int = Field(1000, ge=1, description="Questions generated for a reasoning_gym source (the held-out set too).")
-    seed: int | None = Field(
-        None, description="The seed reasoning-gym generates them with; null: the run's seed. The held-out set uses seed + 1."
-    )
-    config: dict[str, Any] = Field(
-        default_factory=dict,
-        description="The task's own config (reasoning-gym's config class of the task, e.g. max_terms for "
-        "basic_arithmetic); for the composite task, datasets: [{name, weight, config}].",
-    )
-    system_prompt: str | None = Field(
-        "default",
-        description="The system message of each question: one of reasoning-gym's SYSTEM_PROMPTS (default, "
-        "DeepSeekZero, simple, direct, chain_of_draft), all of which ask for the answer in <answer> tags; null: none.",
-    )
 
 
 class TrainConfig(GRPOSettings):
@@ -513,9 +430,9 @@ class TrainConfig(GRPOSettings):
             data = {**data, "prompts": "builtin:reset"}  # TRL's: no dataset, the environment's reset writes each prompt
         if isinstance(data, dict) and data.get("environment_factory") and "reward_funcs" not in data:
             return {**data, "reward_funcs": []}  # the environments' get_reward (TRL: reward_funcs optional then)
-        if isinstance(data, dict) and "reward_funcs" not in data and _all_reasoning_gym(data.get("prompts")):
+        if isinstance(data, dict) and "reward_funcs" not in data and all_reasoning_gym(data.get("prompts")):
             return {**data, "reward_funcs": ["builtin:reasoning_gym"]}  # the task's own score_answer
-        if isinstance(data, dict) and "reward_funcs" not in data and _all_scored_by_their_own(data.get("prompts")):
+        if isinstance(data, dict) and "reward_funcs" not in data and all_scored_by_their_own(data.get("prompts")):
             return {**data, "reward_funcs": []}  # nothing is left for the top-level functions to score
         return data
 

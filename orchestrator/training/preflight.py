@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from orchestrator.config.train import PromptSource, TrainConfig
+from orchestrator.config.sources import PromptSource
+from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.errors import UserError
 from orchestrator.data import reasoning_gym
 from orchestrator.data.prompt_data import PromptData, select

@@ -8,7 +8,8 @@ import reasoning_gym
 from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer
 
 from orchestrator.builtin.reasoning_gym_answer import reasoning_gym_reward
-from orchestrator.config.train import ReasoningGymConfig, TrainConfig
+from orchestrator.config.sources import ReasoningGymConfig
+from orchestrator.config.train import TrainConfig
 from orchestrator.contracts.errors import UserError
 from orchestrator.data import reasoning_gym as source
 
