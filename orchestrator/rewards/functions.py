@@ -144,12 +144,11 @@ def _each_function(fns: dict[str, Callable], args: dict, shared: dict, rows_of: 
     rows = {spec: rows_of.get(spec) for spec in fns}  # None: every row
     cut = {spec: args if rows[spec] is None else _rows(args, rows[spec]) for spec in fns}
     returned = _call_all({spec: fn for spec, fn in fns.items() if rows[spec] != []}, cut, shared)
-    scores, errors = {}, 0
+    scores, errors, count = {}, 0, len(args["prompts"])
     for spec, fn in fns.items():
         values, failed = [], 0
         if rows[spec] != []:
             values, failed = _values(spec, fn, returned[spec], cut[spec], shared, error_score)
-        count = len(args["prompts"])
         scores[f"rewards/{reward_name(spec)}"] = values if rows[spec] is None else _spread(values, rows[spec], count)
         errors += failed
     return scores, errors
